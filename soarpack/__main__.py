@@ -1,0 +1,3 @@
+from soarpack.cli import main
+
+main()

@@ -1,0 +1,90 @@
+"""Atomic outputs: a half-written checkpoint, tarball or report must never look complete.
+
+Everything is written into a temporary sibling of the target and renamed into place at the end, so an
+interrupted run (Ctrl-C, a full disk, a crash) leaves the old target untouched and at most a `.tmp-*` folder
+that no reader mistakes for a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from soarpack.errors import OutputExistsError, SoarpackError
+
+
+def _disk_full_error(target: Path, exc: OSError) -> SoarpackError:
+    return SoarpackError(f"no space left on the device while writing {target}", "free disk space and run again; nothing was replaced")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full_error(path, exc) from exc
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def check_output_dir(target: str | os.PathLike, force: bool) -> Path:
+    """Refuse a non-empty output directory unless force is set; return the resolved target."""
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise OutputExistsError(f"output {target} exists and is not a directory", "choose another path")
+        if any(target.iterdir()) and not force:
+            raise OutputExistsError(f"output directory {target} is not empty", "pass --force to replace it")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside `target`; on success it replaces `target` in one rename.
+
+    On any exception (KeyboardInterrupt included) the temporary directory is removed and `target` is left as it was.
+    """
+    target = check_output_dir(target, force)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise _disk_full_error(target, exc) from exc
+        raise
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
