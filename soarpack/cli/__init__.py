@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Optional
 
@@ -34,6 +35,44 @@ def _root(
     """Quantize MiniCPM-SALA, package a SOAR submission, and measure it before you upload."""
 
 
+def fail(exc: SoarpackError) -> "typer.Exit":
+    """Print a SoarpackError as one cause line plus a hint; return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+    if exc.hint:
+        err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+    return typer.Exit(exc.exit_code)
+
+
+def handle_errors(fn):
+    """Decorate a command so a SoarpackError becomes a clear message and exit code 2 (also under CliRunner)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SoarpackError as exc:
+            raise fail(exc) from None
+
+    return wrapper
+
+
+def command(*args, **kwargs):
+    """`@app.command()` with SoarpackError handling: the one way commands are declared."""
+    return _command_on(app, *args, **kwargs)
+
+
+def _command_on(typer_app: typer.Typer, *args, **kwargs):
+    def deco(fn):
+        return typer_app.command(*args, **kwargs)(handle_errors(fn))
+
+    return deco
+
+
+def subcommand(typer_app: typer.Typer, *args, **kwargs):
+    """The same as `command`, for a sub-app (`soarpack sglang apply`)."""
+    return _command_on(typer_app, *args, **kwargs)
+
+
 def _register_all() -> None:
     # Each module adds its commands to `app`; imports stay inside the commands so `--help` is fast.
     from soarpack.cli import bench, bundle, quant, sala, serve  # noqa: F401
@@ -45,8 +84,5 @@ _register_all()
 def main(argv: Optional[list] = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
-    except SoarpackError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}")
-        if exc.hint:
-            err_console.print(f"[yellow]hint:[/] {exc.hint}")
-        sys.exit(exc.exit_code)
+    except SoarpackError as exc:  # raised outside a command (option callbacks)
+        raise SystemExit(fail(exc).exit_code) from None

@@ -1,3 +1,3 @@
-"""CLI commands of soarpack.bench (registered on the root app)."""
+"""CLI commands of soarpack.bench: declared with `@command()` (or `subcommand(sub_app)`), logic in soarpack.bench."""
 
-from soarpack.cli import app  # noqa: F401
+from soarpack.cli import app, command  # noqa: F401

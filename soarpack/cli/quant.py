@@ -1,3 +1,3 @@
-"""CLI commands of soarpack.quant (registered on the root app)."""
+"""CLI commands of soarpack.quant: declared with `@command()` (or `subcommand(sub_app)`), logic in soarpack.quant."""
 
-from soarpack.cli import app  # noqa: F401
+from soarpack.cli import app, command  # noqa: F401
