@@ -19,6 +19,27 @@ from typing import Any, Iterator
 from soarpack.errors import OutputExistsError, SoarpackError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def publish_permissions(root: Path) -> None:
+    """Give files 0644 and folders 0755 (less the umask): temp files are created private, results are not."""
+    mask = _umask()
+    root = Path(root)
+    if root.is_dir():
+        for dirpath, dirnames, filenames in os.walk(root):
+            os.chmod(dirpath, 0o755 & ~mask)
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                if not os.path.islink(p):
+                    os.chmod(p, (0o755 if os.access(p, os.X_OK) else 0o644) & ~mask)
+    elif root.exists():
+        os.chmod(root, 0o644 & ~mask)
+
+
 def _disk_full_error(target: Path, exc: OSError) -> SoarpackError:
     return SoarpackError(f"no space left on the device while writing {target}", "free disk space and run again; nothing was replaced")
 
@@ -32,6 +53,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -81,6 +103,7 @@ def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             raise _disk_full_error(target, exc) from exc
         raise
+    publish_permissions(tmp)
     old = None
     if target.exists():
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
