@@ -1,3 +1,135 @@
-"""CLI commands of soarpack.serve: declared with `@command()` (or `subcommand(sub_app)`), logic in soarpack.serve."""
+"""CLI of soarpack.serve: `soarpack sglang apply|check|list`, `soarpack args PROFILE`, `soarpack profiles`."""
 
-from soarpack.cli import app, command  # noqa: F401
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from soarpack.cli import app, command, err_console, subcommand
+
+sglang_app = typer.Typer(help="Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.", no_args_is_help=True)
+app.add_typer(sglang_app, name="sglang")
+
+_SRC_HELP = "The fork's python/ directory (the one holding sglang/), or the repository root."
+_PATCH_HELP = "Only this patch (repeatable); default: all, in order."
+
+
+def _print_tree_report(report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    where = f"fork commit {report.commit} ({report.state})" if report.commit else "no known fork commit"
+    console.print(f"[bold]{report.src}[/]: touched files match {where}", highlight=False)
+    for path in report.differing:
+        console.print(f"  differs from every recorded commit: {path}", highlight=False)
+    table = Table("patch", "status", "files")
+    label = {"apply": "[green]applies[/]", "applied": "[cyan]already applied[/]", "fail": "[red]fails[/]"}
+    for p in report.patches:
+        files = "\n".join(f"{f.path.rsplit('/', 1)[-1]}: {f.status}" for f in p.files)
+        table.add_row(p.name, label[p.status], files)
+    console.print(table)
+    for p in report.patches:
+        for msg in p.problems():
+            console.print(f"[red]{p.name}[/]: {msg}", highlight=False)
+    if report.written:
+        console.print("written: " + ", ".join(report.written), highlight=False)
+
+
+@subcommand(sglang_app, "check")
+def sglang_check(
+    src: Path = typer.Option(..., "--src", help=_SRC_HELP),
+    patch: Optional[List[str]] = typer.Option(None, "--patch", help=_PATCH_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Which patches apply, are already applied or fail on a tree, and which fork commit it matches."""
+    from soarpack.serve.patches import PatchError, check_tree
+
+    report = check_tree(src, patch or None)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_tree_report(report)
+    if not report.ok:
+        raise PatchError(f"{sum(p.status == 'fail' for p in report.patches)} patch(es) do not apply to {report.src}",
+                         "see the lines above: the file and line where each hunk stopped matching")
+
+
+@subcommand(sglang_app, "apply")
+def sglang_apply(
+    src: Path = typer.Option(..., "--src", help=_SRC_HELP),
+    out: Path = typer.Option(..., "--out", help="Where the patched copy goes (the same as --src patches in place)."),
+    patch: Optional[List[str]] = typer.Option(None, "--patch", help=_PATCH_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Copy the tree to --out with our patches applied; all or nothing."""
+    from soarpack.serve.patches import apply_patches
+
+    report = apply_patches(src, out, patch or None, force=force)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_tree_report(report)
+        typer.echo(f"patched tree: {out}")
+
+
+@subcommand(sglang_app, "list")
+def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The patches, in apply order, with what each changes."""
+    from soarpack.serve.patches import load_patches, patch_dir
+
+    patches = load_patches()
+    if as_json:
+        typer.echo(json.dumps([{"name": p.name, "file": str(p.path), "concern": p.summary,
+                                "files": [f.path for f in p.files]} for p in patches], indent=2))
+        return
+    typer.echo(f"patch set: {patch_dir()}")
+    for p in patches:
+        typer.echo(f"{p.name:28s} {p.summary}")
+
+
+@command("args")
+def args_cmd(
+    profile: str = typer.Argument("fp8", help="Serving profile name (soarpack profiles) or a .toml path."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
+    src: Optional[Path] = typer.Option(None, "--src", help="Lint the flags against this fork tree's server_args.py."),
+    unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),
+) -> None:
+    """Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2)."""
+    from rich.markup import escape
+
+    from soarpack.serve.lint import lint_args, raise_on_errors
+    from soarpack.serve.patches import resolve_src
+    from soarpack.serve.profiles import load_profile
+
+    prof = load_profile(profile)
+    tree = resolve_src(src) if src else None
+    findings = lint_args(prof.args, recipe=prof.recipe, patched=set() if unpatched else set(prof.patches), server_args_py=tree)
+    if as_json:
+        typer.echo(json.dumps({**prof.to_dict(), "findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            color = "red" if f.level == "error" else "yellow"
+            err_console.print(f"[{color}]{f.level}[/] {escape(f.rule)}: {escape(f.message)}", highlight=False)
+    raise_on_errors(findings, f"profile {prof.name}")
+    if not as_json:
+        typer.echo(prof.args_string())
+
+
+@command("profiles")
+def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The serving profiles: recipe, patches, fallback, and what each is for."""
+    from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
+
+    profs = [load_profile(n) for n in list_profiles()]
+    if as_json:
+        typer.echo(json.dumps([p.to_dict() for p in profs], indent=2))
+        return
+    for p in profs:
+        mark = " (default)" if p.name == DEFAULT_PROFILE else ""
+        typer.echo(f"{p.name}{mark}: recipe {p.recipe}, patches [{', '.join(p.patches)}], fallback {p.fallback or '-'}")
+        typer.echo(f"    {p.description}")
