@@ -1,0 +1,157 @@
+"""The HTTP requests the platform sends to an SGLang server, as async httpx calls.
+
+Request bodies copy `eval_model.py` (chat completions) and `sglang.bench_serving --backend sglang` (`/generate`),
+so a server sees locally what it will see on the platform.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import httpx
+
+from soarpack.errors import SoarpackError
+
+
+class ServerError(SoarpackError):
+    """The server cannot be reached or does not answer like an SGLang server."""
+
+
+def make_client(api_base: str, concurrency: Optional[int], timeout_s: float) -> httpx.AsyncClient:
+    """An async client whose pool never queues below `concurrency` (None: no limit), so that waiting in the
+    client is never counted as server time."""
+    size = None if concurrency is None else concurrency + 4
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    return httpx.AsyncClient(base_url=api_base.rstrip("/"), timeout=httpx.Timeout(timeout_s), limits=limits, trust_env=False)
+
+
+async def model_id(client: httpx.AsyncClient) -> str:
+    """The first model id from `/v1/models` (what eval_model.py sends as `model`)."""
+    try:
+        response = await client.get("/v1/models", timeout=30)
+        response.raise_for_status()
+        models = response.json()["data"]
+        return str(models[0]["id"])
+    except httpx.HTTPError as exc:
+        raise ServerError(f"no answer from {client.base_url}/v1/models ({exc.__class__.__name__}: {exc})",
+                          "start the server first, or check --api-base") from None
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise ServerError(f"{client.base_url}/v1/models lists no model", "is this an SGLang server?") from None
+
+
+@dataclass
+class ChatResult:
+    content: Optional[str]
+    prompt_tokens: Optional[int]
+    completion_tokens: Optional[int]
+    latency_s: float
+    error: Optional[str]
+
+
+async def chat_completion(client: httpx.AsyncClient, model: str, question: str, max_tokens: int, stop: List[str]) -> ChatResult:
+    """One eval request; any failure (timeout, HTTP error, bad body) comes back as `error`, never raised."""
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stop": stop,
+    }
+    start = time.perf_counter()
+    try:
+        response = await client.post("/v1/chat/completions", json=payload)
+        response.raise_for_status()
+        body = response.json()
+        content = body["choices"][0]["message"]["content"]
+        usage = body.get("usage") or {}
+        return ChatResult(content, usage.get("prompt_tokens"), usage.get("completion_tokens"), time.perf_counter() - start, None)
+    except httpx.HTTPStatusError as exc:
+        error = f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
+    except httpx.TimeoutException as exc:
+        error = f"timeout ({exc.__class__.__name__})"
+    except httpx.HTTPError as exc:
+        error = f"{exc.__class__.__name__}: {exc}"
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        error = f"malformed reply ({exc.__class__.__name__}: {exc})"
+    return ChatResult(None, None, None, time.perf_counter() - start, error)
+
+
+@dataclass
+class StreamResult:
+    """One `/generate` request, timed the way bench_serving times it."""
+
+    success: bool = False
+    output_tokens: int = 0
+    ttft_s: float = 0.0
+    latency_s: float = 0.0
+    itl_s: List[float] = field(default_factory=list)
+    start_s: float = 0.0
+    end_s: float = 0.0
+    error: Optional[str] = None
+
+
+async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens: int) -> StreamResult:
+    """POST /generate streaming; TTFT at the first chunk with text, ITL spread over the tokens each chunk adds."""
+    payload = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        "stream": True,
+        "return_logprob": False,
+        "logprob_start_len": -1,
+    }
+    result = StreamResult(output_tokens=0)
+    start = time.perf_counter()
+    result.start_s = start
+    last_time = start
+    last_tokens = 0
+    try:
+        async with client.stream("POST", "/generate", json=payload) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode("utf-8", "replace")
+                result.error = f"HTTP {response.status_code}: {body[:200]}"
+                return result
+            async for line in response.aiter_lines():
+                line = line.strip()
+                if not line:
+                    continue
+                chunk = line[len("data:"):].strip() if line.startswith("data:") else line
+                if chunk == "[DONE]":
+                    continue
+                data = json.loads(chunk)
+                if not data.get("text"):
+                    continue
+                now = time.perf_counter()
+                tokens = int(data["meta_info"]["completion_tokens"])
+                if result.ttft_s == 0.0:
+                    result.ttft_s = now - start
+                else:
+                    new = tokens - last_tokens
+                    if new == 0:
+                        continue
+                    result.itl_s.extend([(now - last_time) / new] * new)
+                last_time, last_tokens = now, tokens
+        result.output_tokens = last_tokens
+        result.success = True
+    except httpx.TimeoutException as exc:
+        result.error = f"timeout ({exc.__class__.__name__})"
+    except httpx.HTTPError as exc:
+        result.error = f"{exc.__class__.__name__}: {exc}"
+    except (KeyError, TypeError, ValueError) as exc:
+        result.error = f"malformed stream ({exc.__class__.__name__}: {exc})"
+    finally:
+        result.end_s = time.perf_counter()
+        result.latency_s = result.end_s - start
+    return result
+
+
+async def flush_cache(client: httpx.AsyncClient) -> None:
+    """POST /flush_cache, as `bench_serving --flush-cache` does before each tier's timed run."""
+    try:
+        response = await client.post("/flush_cache", timeout=60)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"/flush_cache failed ({exc.__class__.__name__}: {exc})", "is the server still up?") from None
+    if response.status_code >= 500:
+        raise ServerError(f"/flush_cache answered HTTP {response.status_code}", "check the server log")

@@ -1,0 +1,72 @@
+"""The competition's final score (SALA.md §2): (0.4·S1 + 0.3·S8 + 0.3·Smax) × C, S_tier = 100 × best / ours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Optional
+
+from soarpack.bench.evaluate import EVAL_KIND
+from soarpack.bench.scoring import c_factor
+from soarpack.bench.speed import BENCH_KIND
+from soarpack.errors import InputDataError
+
+TIER_WEIGHTS: Dict[str, float] = {"s1": 0.4, "s8": 0.3, "smax": 0.3}
+
+
+def _read_json(path: Path, kind: str, what: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputDataError(f"{what} file {path} does not exist", "check the path") from None
+    except json.JSONDecodeError as exc:
+        raise InputDataError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})", f"pass the JSON that soarpack {what} wrote") from None
+    if data.get("kind") != kind:
+        raise InputDataError(f"{path} is not a soarpack {what} result", f"pass the -o file of `soarpack {what}`")
+    return data
+
+
+def durations_from_bench(path: Path) -> Dict[str, float]:
+    """Tier → duration (s) from a `soarpack bench` JSON; tiers with failed requests are refused."""
+    data = _read_json(path, BENCH_KIND, "bench")
+    durations = {}
+    for name, tier in data.get("tiers", {}).items():
+        if tier.get("failed"):
+            raise InputDataError(f"{path}: tier {name} had {tier['failed']} failed request(s)",
+                                 "its duration is not comparable; rerun the bench")
+        durations[name] = float(tier["duration_s"])
+    return durations
+
+
+def overall_from_eval(path: Path) -> float:
+    """overall_accuracy of a complete `soarpack eval` JSON."""
+    data = _read_json(path, EVAL_KIND, "eval")
+    if not data.get("complete"):
+        raise InputDataError(f"{path} scored {data.get('scored')} of {data.get('total')} rows",
+                             "finish it: run the same soarpack eval again, it resumes")
+    return float(data["overall_accuracy"])
+
+
+def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optional[float]) -> dict:
+    """Per-tier S, the weighted speed score, C and the final score; C is taken as 1 when `overall` is None."""
+    missing = [t for t in TIER_WEIGHTS if t not in ours or t not in best]
+    if missing:
+        raise InputDataError(f"durations missing for tier(s) {', '.join(missing)}",
+                             "bench all three tiers, and give the best durations for all three")
+    for side, values in (("ours", ours), ("best", best)):
+        bad = [t for t in TIER_WEIGHTS if not values[t] > 0]
+        if bad:
+            raise InputDataError(f"{side} duration for {', '.join(bad)} is not positive", "durations are seconds > 0")
+    tiers = {t: round(100.0 * best[t] / ours[t], 4) for t in TIER_WEIGHTS}
+    speed = sum(TIER_WEIGHTS[t] * tiers[t] for t in TIER_WEIGHTS)
+    c = 1.0 if overall is None else c_factor(overall)
+    return {
+        "ours_s": {t: ours[t] for t in TIER_WEIGHTS},
+        "best_s": {t: best[t] for t in TIER_WEIGHTS},
+        "tier_scores": tiers,
+        "speed_score": round(speed, 4),
+        "overall_accuracy": overall,
+        "c_factor": c,
+        "c_assumed": overall is None,
+        "final_score": round(speed * c, 4),
+    }

@@ -1,0 +1,186 @@
+"""`soarpack bench`: the platform's speed run (bench_serving.sh → `sglang.bench_serving --backend sglang
+--dataset-name custom --flush-cache`), one tier after another on one server.
+
+Per tier, as one bench_serving invocation does: rows shuffled with seed 1, lengths counted with the tokenizer
+(rows with fewer than 2 prompt or output tokens dropped), one warm-up request (the first row, at most 32 new
+tokens), `/flush_cache`, a 1 s pause, then the timed run: every row dispatched at once behind a semaphore of the
+tier's concurrency (none for Smax). Duration runs from the first dispatch to the last completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from soarpack.bench import client as http
+from soarpack.bench.jsonl import read_jsonl_numbered
+from soarpack.bench.stats import summary_ms
+from soarpack.errors import InputDataError, SoarpackError
+from soarpack.fsutil import atomic_write_json
+
+BENCH_KIND = "soarpack.bench"
+TIER_CONCURRENCY: Dict[str, Optional[int]] = {"s1": 1, "s8": 8, "smax": None}
+WARMUP_MAX_NEW_TOKENS = 32
+BENCH_SERVING_TIMEOUT_S = 6 * 60 * 60  # bench_serving's aiohttp total timeout
+
+
+@dataclass(frozen=True)
+class SpeedRequest:
+    prompt: str
+    prompt_len: int
+    output_len: int
+
+
+def load_speed_pairs(path: Path) -> List[Tuple[str, str]]:
+    """(question, model_response) pairs from `{question, model_response}` rows or converted `conversations` rows."""
+    pairs = []
+    for lineno, row in read_jsonl_numbered(path):
+        turns = row.get("conversations", row.get("conversation"))
+        if "question" in row and "model_response" in row:
+            pair = (row["question"], row["model_response"])
+        elif isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
+            pair = tuple(t.get("content", t.get("value", "")) for t in turns[:2])
+        else:
+            raise InputDataError(f"{path}:{lineno}: neither question/model_response nor conversations",
+                                 'each line must be {"question": ..., "model_response": ...}')
+        if not all(isinstance(text, str) for text in pair):
+            raise InputDataError(f"{path}:{lineno}: question and model_response must be strings", "fix the data file")
+        pairs.append(pair)
+    return pairs
+
+
+def prepare_requests(pairs: Sequence[Tuple[str, str]], count: Callable[[str], int], seed: int = 1,
+                     num_prompts: Optional[int] = None) -> List[SpeedRequest]:
+    """bench_serving's custom dataset: shuffle with `random.seed(seed)`, then count and prune in that order."""
+    shuffled = list(pairs)
+    random.Random(seed).shuffle(shuffled)
+    requests = []
+    for question, response in shuffled:
+        if num_prompts is not None and len(requests) == num_prompts:
+            break
+        prompt_len, output_len = count(question), count(response)
+        if prompt_len < 2 or output_len < 2:
+            continue
+        requests.append(SpeedRequest(question, prompt_len, output_len))
+    return requests
+
+
+@dataclass
+class BenchConfig:
+    api_base: str
+    tiers: Dict[str, Path]  # tier name (s1, s8, smax) → JSONL; absent tiers are skipped as on the platform
+    tokenizer_dir: Optional[Path] = None
+    output: Optional[Path] = None
+    seed: int = 1
+    num_prompts: Optional[int] = None
+    warmup: bool = True
+    flush_cache: bool = True
+    settle_s: float = 1.0
+    timeout_s: float = BENCH_SERVING_TIMEOUT_S
+    concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
+
+
+def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest], duration_s: float) -> dict:
+    ok = [(res, req) for res, req in zip(results, requests) if res.success]
+    output_tokens = sum(res.output_tokens for res, _ in ok)
+    input_tokens = sum(req.prompt_len for _, req in ok)
+    errors = [res.error for res in results if not res.success]
+    return {
+        "num_requests": len(requests),
+        "completed": len(ok),
+        "failed": len(errors),
+        "errors": errors[:10],
+        "duration_s": round(duration_s, 6),
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "requested_output_tokens": sum(req.output_len for req in requests),
+        "request_throughput": round(len(ok) / duration_s, 4) if duration_s else 0.0,
+        "input_throughput": round(input_tokens / duration_s, 2) if duration_s else 0.0,
+        "output_throughput": round(output_tokens / duration_s, 2) if duration_s else 0.0,
+        "ttft_ms": summary_ms([res.ttft_s for res, _ in ok]),
+        "itl_ms": summary_ms([itl for res, _ in ok for itl in res.itl_s]),
+        "e2e_ms": summary_ms([res.latency_s for res, _ in ok]),
+    }
+
+
+async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[int], *, warmup: bool = True,
+                   flush_cache: bool = True, settle_s: float = 1.0,
+                   on_done: Optional[Callable[[int, int], None]] = None) -> dict:
+    """Warm up, flush, then the timed run; returns the tier's metrics."""
+    if not requests:
+        raise InputDataError("no request is left after dropping rows under 2 tokens", "check the speed data file")
+    if warmup:
+        first = requests[0]
+        test = await http.stream_generate(client, first.prompt, min(first.output_len, WARMUP_MAX_NEW_TOKENS))
+        if not test.success:
+            raise SoarpackError(f"the warm-up request failed ({test.error})", "check the server log and --api-base")
+    if flush_cache:
+        await http.flush_cache(client)
+    if settle_s:
+        await asyncio.sleep(settle_s)
+    gate = asyncio.Semaphore(concurrency) if concurrency else None
+    finished = [0]
+
+    async def one(req: SpeedRequest) -> http.StreamResult:
+        if gate is None:
+            result = await http.stream_generate(client, req.prompt, req.output_len)
+        else:
+            async with gate:
+                result = await http.stream_generate(client, req.prompt, req.output_len)
+        finished[0] += 1
+        if on_done is not None:
+            on_done(finished[0], len(requests))
+        return result
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(req) for req in requests))
+    duration = time.perf_counter() - start
+    return {"concurrency": concurrency, **tier_metrics(list(results), requests, duration)}
+
+
+def _token_counter(cfg: BenchConfig, served_model: str) -> Callable[[str], int]:
+    from soarpack.bench.tokenizer import count_tokens, load_tokenizer
+
+    directory = cfg.tokenizer_dir
+    if directory is None:
+        # bench_serving falls back to the served model id, which SGLang sets to the model path.
+        if not Path(served_model).is_dir():
+            raise InputDataError(f"no --tokenizer given and the served model id {served_model!r} is not a local directory",
+                                 "pass --tokenizer with the served model's directory")
+        directory = Path(served_model)
+    tokenizer = load_tokenizer(directory)
+    return lambda text: count_tokens(tokenizer, text)
+
+
+async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+    unknown = sorted(set(cfg.tiers) - set(TIER_CONCURRENCY))
+    if unknown or not cfg.tiers:
+        raise SoarpackError("no speed data for any tier" if not unknown else f"unknown tier(s) {unknown}",
+                            "pass at least one of --s1, --s8, --smax with a JSONL file")
+    pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
+    report = {"kind": BENCH_KIND, "version": 1, "api_base": cfg.api_base, "seed": cfg.seed, "tiers": {}}
+    # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
+    async with http.make_client(cfg.api_base, None, cfg.timeout_s) as client:
+        served = await http.model_id(client)
+        count = _token_counter(cfg, served)
+        prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.num_prompts) for name in pairs}
+        report["model"] = served
+        for name in TIER_CONCURRENCY:
+            if name not in prepared:
+                continue
+            concurrency = cfg.concurrency_override.get(name, TIER_CONCURRENCY[name])
+            progress = (lambda done, total, _name=name: on_event(_name, done, total)) if on_event else None
+            tier = await run_tier(client, prepared[name], concurrency, warmup=cfg.warmup, flush_cache=cfg.flush_cache,
+                                  settle_s=cfg.settle_s, on_done=progress)
+            report["tiers"][name] = {"data": str(cfg.tiers[name]), **tier}
+            if cfg.output is not None:
+                atomic_write_json(cfg.output, report)
+    return report
+
+
+def run_bench(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+    return asyncio.run(run_bench_async(cfg, on_event))

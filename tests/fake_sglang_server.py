@@ -1,0 +1,267 @@
+"""A scripted SGLang stand-in: a real HTTP/1.1 server on 127.0.0.1 (stdlib, one thread per connection).
+
+It speaks the endpoints the platform's eval and bench use: `GET /v1/models`, `POST /v1/chat/completions`,
+streaming `POST /generate` (SGLang's `data: {json}` lines, cumulative `text`, `meta_info.completion_tokens`,
+`data: [DONE]`) and `POST /flush_cache`. Answers, delays and failures are scripted per question; it counts
+requests in flight per endpoint and records every body so tests can check what a client sent.
+
+Every loop is bounded (token count capped, sleeps interrupted on stop) so a broken client cannot hang a test.
+
+    with FakeSGLang(chat=lambda q: ChatReply("</think>ANSWER: B")) as server:
+        run_eval(EvalConfig(api_base=server.url, ...))
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Dict, List, Optional, Union
+
+MAX_STREAM_TOKENS = 200_000
+
+
+@dataclass
+class ChatReply:
+    content: str = "ok"
+    delay_s: float = 0.0
+    status: int = 200
+    completion_tokens: Optional[int] = None
+
+
+@dataclass
+class GenerateScript:
+    """Timing of one streamed /generate: first chunk after ttft_s, then tokens_per_chunk tokens every
+    token_delay_s × tokens_per_chunk seconds, until max_new_tokens."""
+
+    ttft_s: float = 0.0
+    token_delay_s: float = 0.0
+    tokens_per_chunk: int = 1
+    status: int = 200
+
+
+class FakeSGLang:
+    def __init__(self, model_id: str = "fake-sala",
+                 chat: Union[Callable[[str], ChatReply], Dict[str, ChatReply], None] = None,
+                 generate: Union[Callable[[str], GenerateScript], GenerateScript, None] = None):
+        self.model_id = model_id
+        self._chat = chat
+        self._generate = generate or GenerateScript()
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.in_flight: Dict[str, int] = {"chat": 0, "generate": 0}
+        self.max_in_flight: Dict[str, int] = {"chat": 0, "generate": 0}
+        self.chat_bodies: List[dict] = []
+        self.generate_bodies: List[dict] = []
+        self.events: List[tuple] = []  # (time.perf_counter(), what): "flush", "generate_start", "generate_end"
+        self.flushes = 0
+        self._httpd: Optional[ThreadingHTTPServer] = None
+        self._thread: Optional[threading.Thread] = None
+
+    # -- scripting -------------------------------------------------------------------------------------------
+    def chat_reply(self, question: str) -> ChatReply:
+        if self._chat is None:
+            return ChatReply()
+        if callable(self._chat):
+            return self._chat(question)
+        return self._chat.get(question, ChatReply())
+
+    def generate_script(self, prompt: str) -> GenerateScript:
+        return self._generate(prompt) if callable(self._generate) else self._generate
+
+    # -- bookkeeping -----------------------------------------------------------------------------------------
+    def enter(self, kind: str) -> None:
+        with self._lock:
+            self.in_flight[kind] += 1
+            self.max_in_flight[kind] = max(self.max_in_flight[kind], self.in_flight[kind])
+
+    def leave(self, kind: str) -> None:
+        with self._lock:
+            self.in_flight[kind] -= 1
+
+    def record(self, what: str, body: Optional[dict] = None) -> None:
+        with self._lock:
+            self.events.append((time.perf_counter(), what))
+            if what == "chat":
+                self.chat_bodies.append(body)
+            elif what == "generate_start":
+                self.generate_bodies.append(body)
+            elif what == "flush":
+                self.flushes += 1
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.stopping.wait(seconds)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> "FakeSGLang":
+        handler = type("BoundHandler", (_Handler,), {"fake": self})
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FakeSGLang":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 drops SYNs when many clients connect at once (Smax): a 1 s retransmit.
+    request_queue_size = 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to every small streamed write; uvicorn sets it too.
+    disable_nagle_algorithm = True
+    fake: FakeSGLang
+
+    def log_message(self, format, *args):  # noqa: A002 - keep test output quiet
+        pass
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else {}
+
+    def _send_json(self, status: int, obj) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [{"id": self.fake.model_id, "object": "model"}]})
+        elif self.path in ("/health", "/health_generate"):
+            self._send_json(200, {})
+        else:
+            self._send_json(404, {"error": "not found"})
+
+    def do_POST(self):
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a scripted timeout); nothing to answer
+
+    def _post(self):
+        body = self._body()
+        if self.path == "/v1/chat/completions":
+            self._chat(body)
+        elif self.path == "/generate":
+            self._generate(body)
+        elif self.path == "/flush_cache":
+            self.fake.record("flush")
+            self._send_json(200, {"message": "Cache flushed."})
+        else:
+            self._send_json(404, {"error": "not found"})
+
+    def _chat(self, body: dict) -> None:
+        fake = self.fake
+        fake.enter("chat")
+        fake.record("chat", body)
+        try:
+            question = body["messages"][0]["content"]
+            reply = fake.chat_reply(question)
+            fake.sleep(reply.delay_s)
+        finally:
+            # Leave before the client can see the answer, so in-flight counts never overlap a finished request.
+            fake.leave("chat")
+        if reply.status != 200:
+            self._send_json(reply.status, {"object": "error", "message": "scripted failure"})
+            return
+        tokens = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content.split())
+        self._send_json(200, {
+            "id": "fake", "object": "chat.completion", "model": fake.model_id,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(question.split()), "completion_tokens": tokens,
+                      "total_tokens": len(question.split()) + tokens},
+        })
+
+    def _generate(self, body: dict) -> None:
+        fake = self.fake
+        fake.enter("generate")
+        fake.record("generate_start", body)
+        left = False
+        try:
+            script = fake.generate_script(body.get("text", ""))
+            if script.status != 200:
+                fake.leave("generate")
+                left = True
+                self._send_json(script.status, {"error": "scripted failure"})
+                return
+            total = min(int(body["sampling_params"]["max_new_tokens"]), MAX_STREAM_TOKENS)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            fake.sleep(script.ttft_s)
+            sent = 0
+            step = max(1, script.tokens_per_chunk)
+            while sent < total and not fake.stopping.is_set():
+                if sent:
+                    fake.sleep(script.token_delay_s * step)
+                sent = min(total, sent + step)
+                event = {"text": " ".join(["tok"] * sent), "meta_info": {"completion_tokens": sent, "prompt_tokens": 0},
+                         "index": 0}
+                self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            fake.record("generate_end")
+            fake.leave("generate")
+            left = True
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            if not left:
+                fake.leave("generate")
+
+
+def make_tiny_tokenizer(out_dir, text: str = "", eos_ids=(2,)) -> str:
+    """A word-level HF tokenizer dir (tokenizer.json + tokenizer_config.json + generation_config.json) that
+    AutoTokenizer loads: ids 0 <unk>, 1 <s>, 2 </s>, 3 <|im_end|>, then every distinct word of `text` and of
+    the built-in speed-set prose."""
+    import os
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from soarpack.bench.speedset import BUILTIN_TEXT
+
+    specials = ["<unk>", "<s>", "</s>", "<|im_end|>"]
+    words = sorted(set((text + " " + BUILTIN_TEXT).split()) | {"tok"})
+    vocab = {tok: i for i, tok in enumerate(specials + words)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   additional_special_tokens=["<|im_end|>"])
+    os.makedirs(out_dir, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as fh:
+        json.dump({"bos_token_id": 1, "eos_token_id": list(eos_ids)}, fh)
+    return str(out_dir)

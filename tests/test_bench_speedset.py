@@ -1,0 +1,123 @@
+"""`soarpack speedset`: rows follow the length mix, exactly and reproducibly, and the bench can read them."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fake_sglang_server import make_tiny_tokenizer
+from soarpack.bench.speed import load_speed_pairs, prepare_requests
+from soarpack.bench.speedset import DEFAULT_MIX, Bucket, allocate, bucket_histogram, load_mix, make_speedset
+from soarpack.bench.tokenizer import load_tokenizer
+from soarpack.cli import app
+from soarpack.errors import ConfigError
+
+SMALL_MIX = """
+[[input]]
+min = 0
+max = 40
+share = 0.5
+[[input]]
+min = 40
+max = 300
+share = 0.5
+[[output]]
+min = 0
+max = 8
+share = 0.25
+[[output]]
+min = 8
+max = 64
+share = 0.75
+"""
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return make_tiny_tokenizer(tmp_path_factory.mktemp("tok") / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_dir):
+    return load_tokenizer(tokenizer_dir)
+
+
+def test_allocate_follows_shares_and_sums_to_n():
+    assert allocate(20, DEFAULT_MIX["input"]) == [5, 2, 3, 7, 3]
+    assert allocate(20, DEFAULT_MIX["output"]) == [7, 5, 2, 3, 3]
+    assert allocate(7, DEFAULT_MIX["input"]) == [2, 1, 1, 2, 1]
+    assert sum(allocate(150, DEFAULT_MIX["output"])) == 150
+
+
+def test_rows_follow_the_published_mix_with_exact_lengths(tokenizer):
+    rows, summary = make_speedset(tokenizer, 20, seed=3)
+    assert len(rows) == 20 and set(rows[0]) == {"question", "model_response"}
+    assert bucket_histogram(summary.input_tokens, DEFAULT_MIX["input"]) == [5, 2, 3, 7, 3]
+    assert bucket_histogram(summary.output_tokens, DEFAULT_MIX["output"]) == [7, 5, 2, 3, 3]
+    assert summary.max_abs_error == 0  # a word-level tokenizer round-trips exactly
+    assert [len(tokenizer.encode(r["question"])) for r in rows] == summary.input_tokens
+    assert max(summary.input_tokens) <= 160 * 1024
+
+
+def test_bpe_lengths_are_corrected_after_the_cut(tmp_path):
+    # Byte-level BPE does not round-trip at arbitrary cuts; the re-encode loop must still land on the target.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from soarpack.bench.speedset import BUILTIN_TEXT
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator([BUILTIN_TEXT], trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>"],
+                                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>")
+    mix = {"input": (Bucket(100, 3000, 1.0),), "output": (Bucket(10, 500, 1.0),)}
+    rows, summary = make_speedset(bpe, 10, mix, seed=4)
+    assert summary.max_abs_error <= 1
+    assert all(r["question"][:1].isupper() for r in rows)  # cuts start at a sentence boundary
+
+
+def test_same_seed_same_rows_other_seed_other_rows(tmp_path, tokenizer):
+    mix = tmp_path / "mix.toml"
+    mix.write_text(SMALL_MIX)
+    a, _ = make_speedset(tokenizer, 6, load_mix(mix), seed=5)
+    b, _ = make_speedset(tokenizer, 6, load_mix(mix), seed=5)
+    c, _ = make_speedset(tokenizer, 6, load_mix(mix), seed=6)
+    assert a == b and a != c
+
+
+def test_user_text_is_used(tokenizer):
+    text = "Zebras graze quietly. Zebras run at dawn! Zebras sleep standing?"
+    rows, _ = make_speedset(tokenizer, 2, {"input": (Bucket(10, 20, 1.0),), "output": (Bucket(4, 8, 1.0),)}, text=text)
+    words = set(" ".join(r["question"] + " " + r["model_response"] for r in rows).split())
+    assert words <= set(text.split())
+
+
+def test_mix_file_errors_are_clear(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[input]]\nmin = 0\nmax = 10\nshare = 0.4\n[[output]]\nmin = 0\nmax = 10\nshare = 1.0\n")
+    with pytest.raises(ConfigError, match="summing to 1"):
+        load_mix(bad)
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"input": [{"min": 0, "max": 10, "share": 1}]}))
+    with pytest.raises(ConfigError, match="no \\[\\[output\\]\\]"):
+        load_mix(missing)
+
+
+def test_cli_speedset_writes_rows_the_bench_reads(tmp_path, tokenizer_dir, tokenizer):
+    mix = tmp_path / "mix.toml"
+    mix.write_text(SMALL_MIX)
+    out = tmp_path / "speed.jsonl"
+    args = ["speedset", "--tokenizer", tokenizer_dir, "-n", "8", "--mix", str(mix), "-o", str(out), "--seed", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    pairs = load_speed_pairs(out)
+    requests = prepare_requests(pairs, lambda t: len(tokenizer.encode(t)))
+    assert len(requests) == 8
+    mixed = load_mix(mix)
+    assert bucket_histogram([r.prompt_len for r in requests], mixed["input"]) == [4, 4]
+    assert bucket_histogram([r.output_len for r in requests], mixed["output"]) == [2, 6]
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2  # refuses to overwrite without --force
+    assert CliRunner().invoke(app, args + ["--force"]).exit_code == 0
