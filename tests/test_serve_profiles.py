@@ -21,7 +21,7 @@ def _flag(args, name):
 
 def test_packaged_profiles_lint_clean_with_their_patches():
     assert {"fp8", "safe", "dense-fp8"} <= set(list_profiles())
-    assert DEFAULT_PROFILE == "fp8"
+    assert DEFAULT_PROFILE == "safe"
     for name in list_profiles():
         prof = load_profile(name)
         assert set(prof.patches) <= set(list_patches()), name
@@ -73,7 +73,7 @@ def test_cli_args_and_profiles(tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["args"])
     assert res.exit_code == 0, res.output
-    assert res.stdout.strip() == load_profile("fp8").args_string()
+    assert res.stdout.strip() == load_profile(DEFAULT_PROFILE).args_string()
 
     res = runner.invoke(app, ["args", "safe", "--json"])
     data = json.loads(res.stdout)
@@ -91,4 +91,4 @@ def test_cli_args_and_profiles(tmp_path):
     res = runner.invoke(app, ["profiles", "--json"])
     assert [p["name"] for p in json.loads(res.stdout)] == list_profiles()
     res = runner.invoke(app, ["profiles"])
-    assert "fp8 (default)" in res.stdout
+    assert "safe (default)" in res.stdout and "fp8 (default)" not in res.stdout

@@ -94,7 +94,7 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 @command("args")
 def args_cmd(
-    profile: str = typer.Argument("fp8", help="Serving profile name (soarpack profiles) or a .toml path."),
+    profile: str = typer.Argument("safe", help="Serving profile name (soarpack profiles) or a .toml path; default: the default profile."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
     src: Optional[Path] = typer.Option(None, "--src", help="Lint the flags against this fork tree's server_args.py."),
     unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),

@@ -24,7 +24,9 @@ from soarpack import _toml
 from soarpack.errors import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-DEFAULT_PROFILE = "fp8"
+# "safe" is what passed the accuracy gate on the platform (82.18). "fp8" is faster on paper, but every peer run of
+# fp8 KV on the sparse path stayed below the gate (75-77.5) with no S1 gain; it stays opt-in until measured.
+DEFAULT_PROFILE = "safe"
 _SERVE_KEYS = {"description", "args", "patches", "fallback"}
 
 
