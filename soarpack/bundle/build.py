@@ -1,0 +1,241 @@
+"""`soarpack build`: assemble the submission tree, write MANIFEST.json, pack it deterministically.
+
+The tree:
+    prepare_env.sh  prepare_model.sh  preprocess_model.py   the platform's entry points
+    bundle.env       profile name, SGLANG_SERVER_ARGS, fallback args, SGLang mode (sourced by prepare_env.sh)
+    MANIFEST.json    versions, profile, recipe, calibration, patches, wheels, sha256 + size of every file
+    src/             soarpack's source (package, pyproject.toml, sglang/ patch set), put on the overlay's path
+    calib/           calibration JSONL (the built-in prompts unless --calib is given)
+    wheels/          the quantization stack for CPython 3.10 manylinux x86_64 (unless --no-wheels)
+    recipe.toml      only for --recipe FILE
+    sglang/python/   only for --sglang-src DIR: the fork with our patches applied
+Nothing in it depends on the clock or the user: the same inputs give a byte-identical tarball.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import soarpack
+from soarpack.bundle import layout
+from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
+from soarpack.bundle.secrets import scan_tree
+from soarpack.bundle.tarpack import pack_tree
+from soarpack.errors import ConfigError, SoarpackError
+from soarpack.fsutil import atomic_write_json, atomic_write_text
+
+PLATFORM = "platform"
+DEFAULT_CALIB_ROWS = 256
+_COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
+
+
+class BundleTooLargeError(SoarpackError):
+    """The tarball exceeds the platform's upload limit."""
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    size: int
+    manifest: Dict[str, Any]
+    warnings: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        m = {k: v for k, v in self.manifest.items() if k != "files"}
+        return {"path": str(self.path), "size": self.size, "warnings": self.warnings, "manifest": m}
+
+
+def default_output(profile_name: str) -> Path:
+    return Path(f"soarpack-{profile_name}.tar.gz")
+
+
+def _copy_sources(stage: Path) -> None:
+    from soarpack.serve.patches import patch_dir
+
+    src = stage / layout.SRC_DIR
+    shutil.copytree(layout.PACKAGE_DIR, src / "soarpack", ignore=_COPY_IGNORE)
+    for name in ("pyproject.toml", "README.md"):
+        if (layout.REPO_DIR / name).is_file():
+            shutil.copyfile(layout.REPO_DIR / name, src / name)
+    shutil.copytree(patch_dir(), src / "sglang", ignore=_COPY_IGNORE)
+    for name in layout.SCRIPTS:
+        path = layout.script_path(name)
+        if not path.is_file():
+            raise SoarpackError(f"entry script {path} is missing", "run soarpack build from a soarpack checkout")
+        shutil.copyfile(path, stage / name)
+        (stage / name).chmod(0o755)
+
+
+def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
+    """Validate the recipe; return (what the manifest names, the Recipe)."""
+    from soarpack.quant.recipe import load_recipe
+
+    rec = load_recipe(recipe)
+    path = Path(str(recipe))
+    if path.suffix == ".toml" or path.is_file():
+        shutil.copyfile(path, stage / layout.RECIPE_FILE)
+        return layout.RECIPE_FILE, rec
+    return str(recipe), rec
+
+
+def _calibration(stage: Path, calib: Sequence[Path], rows: int) -> List[str]:
+    from soarpack.quant.calib import read_examples, write_builtin_calibration
+
+    out_dir = stage / layout.CALIB_DIR
+    out_dir.mkdir()
+    if not calib:
+        write_builtin_calibration(out_dir / "builtin.jsonl", rows, 0)
+        return [f"{layout.CALIB_DIR}/builtin.jsonl"]
+    names = []
+    for i, path in enumerate(calib):
+        read_examples(path)  # a broken line stops the build here, with file and line, not on the platform
+        name = f"{i:02d}-{Path(path).name}"
+        shutil.copyfile(path, out_dir / name)
+        names.append(f"{layout.CALIB_DIR}/{name}")
+    return names
+
+
+def _sglang(stage: Path, sglang_src: Union[str, Path], patches: Sequence[str]) -> Dict[str, Any]:
+    if str(sglang_src) == PLATFORM:
+        from soarpack.serve.patches import HASHES_FILE, patch_dir
+
+        try:  # the commits the patch set is known to apply to; prepare_env.sh logs which one the image has
+            known = sorted(json.loads((patch_dir() / HASHES_FILE).read_text())["commits"])
+        except (OSError, ValueError, KeyError):
+            known = []
+        return {"mode": PLATFORM if patches else "none", "patches": list(patches), "fork_commit": None,
+                "known_fork_commits": known, "applied_on": "the image's fork, by prepare_env.sh" if patches else None}
+    from soarpack.serve.patches import apply_patches, check_tree, resolve_src
+
+    tree = stage / layout.SGLANG_TREE / "python"
+    tree.parent.mkdir()
+    if patches:
+        report = apply_patches(sglang_src, tree, list(patches))
+    else:
+        shutil.copytree(resolve_src(Path(sglang_src)), tree, symlinks=True, ignore=_COPY_IGNORE)
+        report = check_tree(tree, [])
+    # The folder's name only: a local path would leak into the upload and break byte-identical rebuilds.
+    return {"mode": "tree", "patches": list(patches), "fork_commit": report.commit, "applied_on": Path(sglang_src).name}
+
+
+def _bundle_env(profile, fallback_args: str, sglang_mode: str, patches: Sequence[str]) -> str:
+    values = {
+        "SOARPACK_BUNDLE_VERSION": soarpack.__version__,
+        "SOARPACK_BUNDLE_PROFILE": profile.name,
+        "SOARPACK_BUNDLE_SERVER_ARGS": profile.args_string(),
+        "SOARPACK_BUNDLE_FALLBACK_ARGS": fallback_args,
+        "SOARPACK_BUNDLE_SGLANG": sglang_mode,
+        "SOARPACK_BUNDLE_PATCHES": " ".join(patches),
+    }
+    lines = ["# Written by soarpack build; sourced by prepare_env.sh."]
+    lines += [f"{k}={shlex.quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def lint_profile_for_bundle(profile, recipe, patched: Sequence[str]) -> List[str]:
+    """Raise on lint errors in the profile's args; return the warnings as lines."""
+    from soarpack.serve.lint import lint_args, raise_on_errors
+
+    findings = lint_args(profile.args, recipe=recipe, patched=set(patched))
+    raise_on_errors(findings, f"profile {profile.name}")
+    return [f"{f.rule}: {f.message}" for f in findings if f.level != "error"]
+
+
+def _fallback_findings(profile, recipe) -> List[str]:
+    """Findings (all levels) for the fallback profile on the unpatched image; they do not stop the build."""
+    from soarpack.serve.lint import lint_args
+
+    out = [f"{f.level} {f.rule}: {f.message}" for f in lint_args(profile.args, recipe=recipe, patched=set())]
+    if profile.patches:
+        out.append(f"it needs patches ({', '.join(profile.patches)}) but is what runs when patching failed")
+    return out
+
+
+def build_bundle(
+    out: Optional[Union[str, Path]] = None,
+    *,
+    profile: Optional[str] = None,
+    recipe: Optional[Union[str, Path]] = None,
+    sglang_src: Union[str, Path] = PLATFORM,
+    calib: Sequence[Union[str, Path]] = (),
+    wheels: bool = True,
+    wheel_dir: Optional[Union[str, Path]] = None,
+    cache_dir: Optional[Union[str, Path]] = None,
+    calib_rows: int = DEFAULT_CALIB_ROWS,
+    max_bytes: int = layout.MAX_BYTES,
+    warn_bytes: int = layout.WARN_BYTES,
+    log: Callable[[str], None] = print,
+) -> BuildResult:
+    """Build the submission tarball; every input is checked before the slow parts (wheels, packing)."""
+    from soarpack.bundle.wheels import collect_wheels
+    from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+
+    prof = load_profile(profile or DEFAULT_PROFILE)
+    recipe_ref = recipe if recipe is not None else prof.recipe
+    if recipe_ref is None:
+        raise ConfigError(f"profile {prof.name} names no recipe", "pass --recipe FILE or pick a profile with a recipe")
+    if str(sglang_src) != PLATFORM and not Path(sglang_src).is_dir():
+        raise ConfigError(f"--sglang-src {sglang_src} is not a directory", "pass the fork's checkout or 'platform'")
+    calib = [Path(c) for c in calib]
+    for c in calib:
+        if not c.is_file():
+            raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
+    if wheel_dir is not None and not wheels:
+        raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
+    fallback = load_profile(prof.fallback) if prof.fallback else None
+    warnings: List[str] = []
+
+    with tempfile.TemporaryDirectory(prefix="soarpack-build-") as tmp:
+        stage = Path(tmp) / "bundle"
+        stage.mkdir()
+        recipe_name, rec = _recipe_entry(stage, recipe_ref)
+        warnings += lint_profile_for_bundle(prof, rec, prof.patches)
+        if fallback is not None:
+            warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
+        log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
+        _copy_sources(stage)
+        calib_names = _calibration(stage, calib, calib_rows)
+        sglang = _sglang(stage, sglang_src, prof.patches)
+        fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
+        atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
+        if wheels:
+            wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
+                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, log=log)
+            wheel_source = "dir" if wheel_dir else "lock"
+        else:
+            wheel_names, wheel_source = [], "none"
+            warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
+                            "so prepare_model.sh will fail there; use this bundle for rehearsal only")
+        scan_tree(stage)
+        meta = {
+            "soarpack_version": soarpack.__version__,
+            "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
+                        "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
+            "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names, "extra_args": []},
+            "sglang": sglang,
+            "wheels": {"source": wheel_source, "files": wheel_names},
+        }
+        manifest = render_manifest(stage, meta)
+        atomic_write_json(stage / MANIFEST_NAME, manifest)
+        out_path = Path(out) if out is not None else default_output(prof.name)
+        packed = Path(tmp) / "bundle.tar.gz"
+        pack_tree(stage, packed)
+        size = packed.stat().st_size
+        if size > max_bytes:
+            raise BundleTooLargeError(f"the bundle is {size / 1e9:.2f} GB, over the platform's {max_bytes / 1e9:.2f} GB limit",
+                                      "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
+        if size > warn_bytes:
+            warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(packed), str(out_path.with_name(out_path.name + ".part")))
+        out_path.with_name(out_path.name + ".part").replace(out_path)
+    for w in warnings:
+        log(f"warning: {w}")
+    return BuildResult(out_path, size, manifest, warnings)
+

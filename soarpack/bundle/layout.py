@@ -1,0 +1,30 @@
+"""Names inside a bundle, shared by the builder, the checker and the entry scripts (which hard-code the same)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import soarpack
+
+PREPARE_ENV = "prepare_env.sh"
+PREPARE_MODEL = "prepare_model.sh"
+PREPROCESS = "preprocess_model.py"
+SCRIPTS = (PREPARE_ENV, PREPARE_MODEL, PREPROCESS)
+BUNDLE_ENV = "bundle.env"  # shell assignments sourced by prepare_env.sh
+SRC_DIR = "src"  # soarpack's source: src/soarpack/, src/pyproject.toml, src/sglang/ (the patch set)
+WHEELS_DIR = "wheels"
+CALIB_DIR = "calib"
+RECIPE_FILE = "recipe.toml"  # only when the recipe is a user file, not a built-in name
+SGLANG_TREE = "sglang"  # only with --sglang-src DIR: the patched fork's python/ dir at sglang/python
+REQUIRED = (*SCRIPTS, BUNDLE_ENV, "MANIFEST.json", f"{SRC_DIR}/soarpack/__init__.py")
+
+# The platform's limit on the upload, and where we start warning.
+MAX_BYTES = 2_000_000_000  # "2 GB"; read as 10^9 bytes, the stricter reading
+WARN_BYTES = int(MAX_BYTES * 0.9)
+
+PACKAGE_DIR = Path(soarpack.__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent  # a checkout: holds the entry scripts, pyproject.toml and sglang/
+
+
+def script_path(name: str) -> Path:
+    return REPO_DIR / name

@@ -1,0 +1,278 @@
+"""The quantization stack as wheels for the platform: CPython 3.10, manylinux x86_64, torch from the image.
+
+`platform-lock.json` (beside this file) pins the closure of gptqmodel 7.6.0 (+ transformers 5.20.2, the newest
+for Python 3.10, and soarpack's own runtime deps) minus torch and what only torch needs: the image has those.
+`resolve_lock()` regenerates it with pip's resolver, a metadata-only stub standing in for the image's torch.
+`collect_wheels()` fills a bundle's wheels/ from a local cache, downloading with pip (`--only-binary`, the
+platform's tags) and building the sdist-only packages (gptqmodel, pypcre, ...) with a local Python 3.10.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+from soarpack.errors import SoarpackError
+from soarpack.fsutil import atomic_write_json
+
+LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
+TARGET_PYTHON = "3.10"
+TARGET_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+IMAGE_TORCH = "2.9.1"
+# The roots of the closure: the quantization engine pinned as the platform needs it, and soarpack's deps.
+LOCK_ROOTS = (
+    "gptqmodel==7.6.0", "transformers==5.20.2", "numpy==2.2.6", "safetensors", "tokenizers", "huggingface_hub",
+    "typer", "rich", "httpx", "pydantic", "jinja2", "tomli",
+)
+# On PyPI these exist only as sdists (checked 2026-11-29); pypcre is a C extension and needs a CPython 3.10.
+SDIST_ONLY = ("gptqmodel", "device-smi", "tokenicer", "logbar", "defuser", "pypcre")
+
+
+class WheelError(SoarpackError):
+    """The platform wheel set could not be collected."""
+
+
+@dataclass(frozen=True)
+class LockedWheel:
+    name: str
+    version: str
+    source: str  # "pypi": a published binary wheel; "sdist": built here from the published sdist
+    filename: Optional[str] = None  # pypi only
+    sha256: Optional[str] = None  # pypi only
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def load_lock(path: Path = LOCK_PATH) -> List[LockedWheel]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [LockedWheel(**w) for w in data["wheels"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WheelError(f"cannot read the wheel lock {path}: {exc}", "regenerate it with soarpack.bundle.wheels.resolve_lock()") from exc
+
+
+def _record_line(arcname: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{arcname},sha256={digest},{len(data)}"
+
+
+def make_pure_wheel(dest_dir: Path, name: str, version: str, modules: Optional[dict] = None,
+                    requires: Sequence[str] = ()) -> Path:
+    """Write a minimal py3-none-any wheel (a module dict {path: source}); a stub when modules is empty.
+
+    Used as the image's torch during resolution, and by tests as a tiny offline-installable wheel set.
+    """
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = dict(modules or {})
+    files[f"{info}/METADATA"] = meta
+    files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: soarpack\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / f"{dist}-{version}-py3-none-any.whl"
+    records = []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arcname in sorted(files):
+            data = files[arcname].encode("utf-8")
+            zi = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))
+            zi.external_attr = 0o644 << 16
+            zf.writestr(zi, data)
+            records.append(_record_line(arcname, data))
+        records.append(f"{info}/RECORD,,")
+        zi = zipfile.ZipInfo(f"{info}/RECORD", date_time=(2020, 1, 1, 0, 0, 0))
+        zi.external_attr = 0o644 << 16
+        zf.writestr(zi, "\n".join(records) + "\n")
+    return path
+
+
+def _pip(python: str, args: Sequence[str], what: str) -> subprocess.CompletedProcess:
+    cmd = [python, "-m", "pip", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-3:]
+        raise WheelError(f"{what} failed: {' | '.join(tail) or 'pip exited ' + str(proc.returncode)}",
+                         "check the network to PyPI, or build with --no-wheels / --wheel-dir DIR")
+    return proc
+
+
+def find_python310() -> Optional[str]:
+    """A CPython 3.10 to build the cp310 C extension (pypcre): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
+    candidates = [os.environ.get("SOARPACK_PYTHON310", "")]
+    candidates += [shutil.which("python3.10") or ""]
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True)
+    if sys.version_info[:2] == (3, 10):
+        candidates.insert(0, sys.executable)
+    for cand in candidates:
+        if not cand:
+            continue
+        try:
+            out = subprocess.run([cand, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == "True":
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def platform_tags() -> frozenset:
+    """Every wheel tag CPython 3.10 on manylinux x86_64 (the platform image) accepts."""
+    from packaging.tags import compatible_tags, cpython_tags
+
+    platforms = list(TARGET_PLATFORMS) + [f"manylinux_2_{m}_x86_64" for m in range(5, 35)] + ["manylinux2010_x86_64", "manylinux1_x86_64"]
+    tags = set(cpython_tags((3, 10), abis=["cp310", "abi3", "none"], platforms=platforms))
+    tags |= set(compatible_tags((3, 10), "cp310", platforms=platforms))
+    return frozenset(tags)
+
+
+def _wheel_matches(path: Path, w: LockedWheel) -> bool:
+    from packaging.utils import parse_wheel_filename
+
+    try:
+        name, version, _, tags = parse_wheel_filename(path.name)
+    except Exception:
+        return False
+    return canonical(name) == canonical(w.name) and str(version) == w.version and bool(set(tags) & platform_tags())
+
+
+def _cached(cache: Path, w: LockedWheel) -> Optional[Path]:
+    if w.filename and (cache / w.filename).is_file():
+        path = cache / w.filename
+        return path if not w.sha256 or _sha256(path) == w.sha256 else None
+    # A mirror may serve the same release under another file name (other tags): match name and version.
+    hits = sorted(p for p in cache.glob("*.whl") if _wheel_matches(p, w))
+    return hits[0] if hits else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """$SOARPACK_CACHE/wheels, else $XDG_CACHE_HOME (or ~/.cache)/soarpack/wheels."""
+    if os.environ.get("SOARPACK_CACHE"):
+        return Path(os.environ["SOARPACK_CACHE"]) / "wheels"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarpack" / "wheels"
+
+
+def _platform_args() -> List[str]:
+    args = ["--only-binary", ":all:", "--python-version", TARGET_PYTHON, "--implementation", "cp", "--abi", "cp310"]
+    for plat in TARGET_PLATFORMS:
+        args += ["--platform", plat]
+    return args
+
+
+def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log=print) -> None:
+    """Download/build every locked wheel that the cache lacks (network to PyPI needed only then)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = [w for w in lock if _cached(cache, w) is None]
+    binaries = [w for w in missing if w.source == "pypi"]
+    sdists = [w for w in missing if w.source == "sdist"]
+    if binaries:
+        log(f"downloading {len(binaries)} wheels for cp310 manylinux x86_64 into {cache}")
+        _pip(sys.executable, ["download", "--no-deps", "--disable-pip-version-check", "-d", str(cache), *_platform_args(),
+                              *[w.spec for w in binaries]], "pip download of the platform wheels")
+    if sdists:
+        py310 = find_python310()
+        needs_310 = [w for w in sdists if canonical(w.name) == "pypcre"]
+        if needs_310 and py310 is None:
+            raise WheelError("building the pypcre wheel needs a CPython 3.10 (the platform's Python) and none was found",
+                             "install one (pyenv install 3.10, uv python install 3.10) or set SOARPACK_PYTHON310; "
+                             "or build with --no-wheels")
+        builder = py310 or sys.executable
+        log(f"building {len(sdists)} sdist-only packages into wheels with {builder}")
+        _pip(builder, ["wheel", "--no-deps", "--disable-pip-version-check", "-w", str(cache),
+                       "--no-binary", ",".join(w.name for w in sdists), *[w.spec for w in sdists]],
+             "building wheels from the sdist-only packages")
+    still = [w.spec for w in lock if _cached(cache, w) is None]
+    if still:
+        raise WheelError(f"{len(still)} locked wheels are missing or have the wrong sha256 after download: {', '.join(still[:5])}",
+                         f"delete {cache} and build again")
+
+
+def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optional[Path] = None,
+                   lock_path: Path = LOCK_PATH, log=print) -> List[str]:
+    """Copy the platform wheel set into dest; return the file names.
+
+    wheel_dir: use exactly the *.whl files of this folder (no lock, no network); otherwise the locked set from
+    the cache, fetched on a miss.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    if wheel_dir is not None:
+        sources = sorted(Path(wheel_dir).glob("*.whl"))
+        if not sources:
+            raise WheelError(f"--wheel-dir {wheel_dir} holds no .whl files", "pass a folder of wheels or use --no-wheels")
+    else:
+        lock = load_lock(lock_path)
+        cache = cache or default_cache_dir()
+        fetch_into_cache(lock, cache, log=log)
+        sources = [_cached(cache, w) for w in lock]
+    names = []
+    for src in sources:
+        shutil.copyfile(src, dest / src.name)
+        names.append(src.name)
+    return sorted(names)
+
+
+def resolve_lock(out: Path = LOCK_PATH, roots: Iterable[str] = LOCK_ROOTS, log=print) -> Path:
+    """Maintainer tool: resolve the closure for the platform with pip and write the lock (network needed)."""
+    with tempfile.TemporaryDirectory(prefix="soarpack-lock-") as tmp:
+        tmp = Path(tmp)
+        local = tmp / "local"
+        py310 = find_python310()
+        if py310 is None:
+            raise WheelError("resolving the lock needs a CPython 3.10", "set SOARPACK_PYTHON310")
+        # The sdist-only packages as wheels (their metadata is all pip needs) and a stub for the image's torch.
+        sdist_pins = [r for r in roots if canonical(r.split("==")[0]) in SDIST_ONLY]
+        log("building the sdist-only packages for metadata")
+        _pip(py310, ["wheel", "--no-deps", "-w", str(local), "--no-binary", ",".join(SDIST_ONLY),
+                     *sdist_pins, *[n for n in SDIST_ONLY if not any(canonical(p.split("==")[0]) == n for p in sdist_pins)]],
+             "building the sdist-only packages")
+        make_pure_wheel(local, "torch", f"{IMAGE_TORCH}+image")
+        report = tmp / "report.json"
+        # --isolated: resolve against PyPI alone, not a machine's local mirrors or find-links. pip evaluates
+        # environment markers (`python_version < "3.11"`) on the interpreter that runs it, so that must be a 3.10.
+        _pip(py310, ["install", "--isolated", "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "t"),
+                              *_platform_args(), "--find-links", str(local), *roots, f"torch=={IMAGE_TORCH}"],
+             "resolving the platform closure")
+        data = json.loads(report.read_text())
+    wheels = []
+    for item in data["install"]:
+        name, version = item["metadata"]["name"], item["metadata"]["version"]
+        if canonical(name) == "torch":
+            continue
+        url = item["download_info"]["url"]
+        if canonical(name) in SDIST_ONLY:
+            wheels.append(LockedWheel(canonical(name), version, "sdist"))
+        else:
+            sha = (item["download_info"].get("archive_info", {}).get("hashes") or {}).get("sha256")
+            wheels.append(LockedWheel(canonical(name), version, "pypi", url.rsplit("/", 1)[-1], sha))
+    wheels.sort(key=lambda w: w.name)
+    return atomic_write_json(out, {
+        "comment": "Generated by soarpack.bundle.wheels.resolve_lock(); torch and its own deps come from the image.",
+        "python": TARGET_PYTHON, "platforms": list(TARGET_PLATFORMS), "image_torch": IMAGE_TORCH, "roots": list(roots),
+        "wheels": [w.__dict__ for w in wheels],
+    })
