@@ -1,3 +1,134 @@
-"""CLI commands of soarpack.quant: declared with `@command()` (or `subcommand(sub_app)`), logic in soarpack.quant."""
+"""CLI commands of soarpack.quant: `quantize`, `verify`, `calib`. Logic lives in soarpack.quant."""
 
-from soarpack.cli import app, command  # noqa: F401
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from soarpack.cli import command
+from soarpack.errors import CheckpointError
+
+_DEFAULT_ROWS = 256
+_DEFAULT_MAX_LEN = 2048
+
+
+@command("quantize")
+def quantize_cmd(
+    model_dir: Path = typer.Argument(..., help="The original MiniCPM-SALA checkpoint directory."),
+    out_dir: Path = typer.Argument(..., help="Where to write the GPTQ checkpoint (atomically)."),
+    recipe: str = typer.Option("w4-mlp", "--recipe", help="A built-in recipe name or a recipe .toml file."),
+    calib: Optional[List[Path]] = typer.Option(None, "--calib", help="Calibration file(s); repeatable. Default: built-in prompts."),
+    rows: int = typer.Option(_DEFAULT_ROWS, "--rows", help="Calibration rows."),
+    max_len: int = typer.Option(_DEFAULT_MAX_LEN, "--max-len", help="Tokens per row (left-truncated; < dense_len)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for calibration selection and generation."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output directory."),
+    log: Optional[Path] = typer.Option(None, "--log", help="Append a plain log of every phase to this file."),
+    max_sanity_loss: float = typer.Option(8.0, "--max-sanity-loss", help="Stop if the original model's loss (nats) exceeds this."),
+    fp16: bool = typer.Option(False, "--fp16", help="Store non-quantized tensors in float16 (default: keep bfloat16)."),
+    auto_map: str = typer.Option("keep", "--auto-map", help="keep | drop-config (remove auto_map.AutoConfig)."),
+    batch: int = typer.Option(4, "--batch", help="Calibration rows per forward (padding is masked out of the Hessian)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality report."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """GPTQ-quantize MODEL_DIR with a recipe into OUT_DIR, ready for SGLang's gptq_marlin."""
+    from soarpack.quant.run import quantize
+
+    result = quantize(model_dir, out_dir, recipe=recipe, calib=calib or None, num_rows=rows, max_len=max_len,
+                      seed=seed, device=device, force=force, log_file=log, sanity_max_loss=max_sanity_loss,
+                      float_dtype="float16" if fp16 else "bfloat16", auto_map=auto_map, batch_size=batch,
+                      quality=not no_report)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    _print_result(result)
+
+
+def _print_result(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result.recipe}: {result.quantized_modules} quantized, {result.skipped_modules} kept 16-bit")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    for k, v in result.timings.items():
+        table.add_row(k, f"{v:.1f}")
+    kl = result.quality.get("kl")
+    if kl:
+        table.add_row("KL mean / max", f"{kl['kl_mean']:.4g} / {kl['kl_max']:.4g}")
+        table.add_row("top-1 agreement", f"{kl['top1_agreement']:.3f}")
+    console = Console()
+    console.print(table)
+    errors = result.quality.get("dequant_error") or {}
+    losses = {f"model.layers.{r['layer']}.{r['module']}": r["loss"] for r in result.quality.get("gptq", [])}
+    if errors:
+        worst = Table(title="modules with the largest dequantization error")
+        for col in ("module", "rel. error", "GPTQ loss"):
+            worst.add_column(col, justify="left" if col == "module" else "right")
+        for name, err in sorted(errors.items(), key=lambda kv: -kv[1])[:10]:
+            loss = losses.get(name)
+            worst.add_row(name, f"{err:.4f}", "" if loss is None else f"{loss:.3g}")
+        console.print(worst)
+
+
+@command("verify")
+def verify_cmd(
+    ckpt: Path = typer.Argument(..., help="A quantized checkpoint directory."),
+    original: Optional[Path] = typer.Option(None, "--original", help="The original checkpoint, for byte and error checks."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem."""
+    from soarpack.quant.verify import verify_report
+
+    if not ckpt.is_dir():
+        raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
+    rep = verify_report(ckpt, original)
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        for p in rep.problems:
+            typer.echo(str(p))
+        if rep.module_errors:
+            worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
+            typer.echo(f"dequantization error: {len(rep.module_errors)} modules, worst {worst[0]} {worst[1]:.4f}")
+        typer.echo("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
+    if rep.problems:
+        raise typer.Exit(1)
+
+
+@command("calib")
+def calib_cmd(
+    files: Optional[List[Path]] = typer.Argument(None, help="JSONL/text calibration files; none = built-in prompts."),
+    tokenizer: Path = typer.Option(..., "--tokenizer", help="Model directory whose tokenizer and chat template to use."),
+    rows: int = typer.Option(_DEFAULT_ROWS, "--rows"),
+    max_len: int = typer.Option(_DEFAULT_MAX_LEN, "--max-len"),
+    seed: int = typer.Option(0, "--seed"),
+    write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", help="Also write the built-in prompts as JSONL here."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Preview calibration data: rows per task, token-length histogram, truncation."""
+    from soarpack.quant.calib import build_calibration, summarize, write_builtin_calibration
+
+    dense_len = None
+    if (tokenizer / "config.json").is_file():
+        from soarpack.sala.config import load_config
+
+        try:
+            dense_len = load_config(tokenizer).dense_len
+        except Exception:
+            dense_len = None
+    data = build_calibration(files or None, tokenizer, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
+    summary = summarize(data, max_len)
+    if write_builtin:
+        write_builtin_calibration(write_builtin, rows, seed)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    typer.echo(f"{summary['rows']} rows, {summary['tokens']} tokens (min {summary['min_len']}, median "
+               f"{summary['median_len']}, max {summary['max_len']}), {summary['truncated']} left-truncated")
+    typer.echo("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
+    for bucket, n in summary["length_histogram"].items():
+        typer.echo(f"  {bucket:>11} {n:5d} {'#' * min(n, 60)}")

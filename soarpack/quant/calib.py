@@ -1,0 +1,339 @@
+"""Calibration data for GPTQ: read the user's files (or generate long-context-shaped prompts), tokenize, keep the
+end of each prompt, and pick a seeded, task-stratified set of rows.
+
+Accepted inputs, one example per JSONL line unless said otherwise:
+  - SOAR rows `{"question": ..., "task": ..., "gold": ...}`: the question is rendered as one user turn with the
+    model's chat template and generation prompt (what the server does for the eval); a string `gold` is appended
+    as the start of the answer, so the answer tokens are calibrated too.
+  - `{"text": ...}`: used as is.
+  - `{"messages": [...]}`: rendered with the model's chat template.
+  - any other file (`.txt`, `.md`): the whole file is one example.
+
+Rows are truncated from the **left** (the question sits at the end of long prompts) to `max_len` tokens, which must
+stay under the model's `dense_len` (8192): the sparse path above it is not what GPTQ should see.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from soarpack.errors import ConfigError, InputDataError
+
+DEFAULT_ROWS = 256
+DEFAULT_MAX_LEN = 2048
+MIN_ROW_TOKENS = 8
+BUILTIN_TASKS = ("niah", "kv", "cwe", "fwe", "mcq")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One calibration example before tokenization."""
+
+    task: str
+    text: Optional[str] = None  # used as is
+    messages: Optional[List[Dict[str, str]]] = None  # rendered with the chat template
+    answer: Optional[str] = None  # appended after the rendered prompt
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class CalibRow:
+    task: str
+    ids: List[int]
+    truncated: bool
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+
+def _example_from_obj(obj: Any, where: str) -> Example:
+    if not isinstance(obj, dict):
+        raise InputDataError(f"{where}: expected a JSON object", 'each line is {"question": ...}, {"text": ...} or {"messages": [...]}')
+    task = str(obj.get("task") or "text")
+    if "question" in obj:
+        q = obj["question"]
+        if not isinstance(q, str) or not q:
+            raise InputDataError(f"{where}: `question` must be a non-empty string")
+        gold = obj.get("gold")
+        return Example(task=str(obj.get("task") or "soar"), messages=[{"role": "user", "content": q}],
+                       answer=gold if isinstance(gold, str) and gold else None, source=where)
+    if "text" in obj:
+        if not isinstance(obj["text"], str) or not obj["text"]:
+            raise InputDataError(f"{where}: `text` must be a non-empty string")
+        return Example(task=task, text=obj["text"], source=where)
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
+            raise InputDataError(f"{where}: `messages` must be a list of {{role, content}} objects")
+        return Example(task=str(obj.get("task") or "chat"), messages=msgs, source=where)
+    raise InputDataError(f"{where}: no `question`, `text` or `messages` field", "see `soarpack calib --help` for the formats")
+
+
+def read_examples(path: str | Path) -> List[Example]:
+    """Examples of one file; a broken JSONL line stops with the file and line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputDataError(f"calibration file {path} does not exist", "check the path")
+    if path.suffix in (".jsonl", ".json"):
+        out = []
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                where = f"{path.name}:{lineno}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputDataError(f"{where}: not valid JSON ({exc.msg})", "one JSON object per line") from None
+                out.append(_example_from_obj(obj, where))
+        if not out:
+            raise InputDataError(f"calibration file {path.name} holds no rows")
+        return out
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise InputDataError(f"calibration file {path.name} is empty")
+    return [Example(task="text", text=text, source=path.name)]
+
+
+# -- tokenization -------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(tokenizer_or_dir):
+    if not isinstance(tokenizer_or_dir, (str, Path)):
+        return tokenizer_or_dir
+    path = Path(tokenizer_or_dir)
+    if path.is_dir() and not any(path.glob("tokenizer*")):
+        raise InputDataError(f"{path} holds no tokenizer files (tokenizer.json, tokenizer_config.json)",
+                             "pass the model directory that ships its tokenizer")
+    try:
+        # tokenizer.json directly: AutoTokenizer would read config.json's auto_map and ask to run remote code.
+        if (path / "tokenizer.json").is_file():
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:  # transformers raises many kinds here
+        raise InputDataError(f"cannot load a tokenizer from {tokenizer_or_dir}: {exc}", "pass the model directory") from None
+
+
+def encode_example(ex: Example, tokenizer) -> List[int]:
+    if ex.messages is not None:
+        if not getattr(tokenizer, "chat_template", None):
+            if ex.answer is None and len(ex.messages) == 1:
+                text = ex.messages[0]["content"]
+                return list(tokenizer.encode(text))
+            raise InputDataError(f"{ex.source}: chat rows need a chat template and the tokenizer has none",
+                                 'use {"text": ...} rows or a model directory with a chat template')
+        prompt = tokenizer.apply_chat_template(ex.messages, tokenize=False, add_generation_prompt=ex.messages[-1]["role"] != "assistant")
+        if ex.answer:
+            prompt += ex.answer
+        # The template already holds the special tokens it wants.
+        return list(tokenizer.encode(prompt, add_special_tokens=False))
+    return list(tokenizer.encode(ex.text))
+
+
+# -- selection ----------------------------------------------------------------------------------------------
+
+
+def stratified_pick(examples: Sequence[Example], rows: int, seed: int) -> List[Example]:
+    """Up to `rows` examples, round-robin over tasks (each task shuffled with the seed), so every task is fairly represented."""
+    rng = random.Random(seed)
+    by_task: Dict[str, List[Example]] = defaultdict(list)
+    for ex in examples:
+        by_task[ex.task].append(ex)
+    pools = []
+    for task in sorted(by_task):
+        pool = list(by_task[task])
+        rng.shuffle(pool)
+        pools.append(pool)
+    picked: List[Example] = []
+    while len(picked) < rows and any(pools):
+        for pool in pools:
+            if pool and len(picked) < rows:
+                picked.append(pool.pop())
+    rng.shuffle(picked)
+    return picked
+
+
+def check_max_len(max_len: int, dense_len: Optional[int]) -> None:
+    if max_len < MIN_ROW_TOKENS:
+        raise ConfigError(f"--max-len {max_len} is too short", f"use at least {MIN_ROW_TOKENS} (2048-4096 is typical)")
+    if dense_len and max_len >= dense_len:
+        raise ConfigError(
+            f"--max-len {max_len} reaches the model's dense_len {dense_len}: longer rows take the sparse path",
+            f"use at most {dense_len - 1}",
+        )
+
+
+def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer, *, rows: int = DEFAULT_ROWS,
+                      max_len: int = DEFAULT_MAX_LEN, seed: int = 0, dense_len: Optional[int] = None) -> List[CalibRow]:
+    """Tokenized, left-truncated, task-stratified rows; the built-in generator when no paths are given."""
+    check_max_len(max_len, dense_len)
+    if rows < 1:
+        raise ConfigError(f"--rows {rows} must be at least 1")
+    tokenizer = load_tokenizer(tokenizer)
+    paths = list(paths or [])
+    if paths:
+        examples = [ex for p in paths for ex in read_examples(p)]
+    else:
+        examples = builtin_examples(rows, seed, max_words=max(16, int(max_len * 0.9)))
+    out = []
+    for ex in stratified_pick(examples, rows, seed):
+        ids = encode_example(ex, tokenizer)
+        if len(ids) < MIN_ROW_TOKENS:
+            continue
+        out.append(CalibRow(task=ex.task, ids=ids[-max_len:], truncated=len(ids) > max_len))
+    if not out:
+        raise InputDataError("no calibration row has enough tokens", f"rows need at least {MIN_ROW_TOKENS} tokens")
+    return out
+
+
+def load_calibration(paths, tokenizer, *, rows: int = DEFAULT_ROWS, max_len: int = DEFAULT_MAX_LEN, seed: int = 0,
+                     dense_len: Optional[int] = None) -> List[List[int]]:
+    """Rows of token ids (see build_calibration)."""
+    return [r.ids for r in build_calibration(paths, tokenizer, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)]
+
+
+def summarize(rows: Sequence[CalibRow], max_len: int) -> Dict[str, Any]:
+    """Counts by task, a token-length histogram and the truncation count (for `soarpack calib`)."""
+    edges = [0, 128, 256, 512, 1024, 2048, 4096, 8192]
+    edges = [e for e in edges if e < max_len] + [max_len]
+    hist = Counter()
+    for r in rows:
+        n = len(r.ids)
+        for lo, hi in zip(edges, edges[1:]):
+            if lo < n <= hi:
+                hist[f"{lo + 1}-{hi}"] += 1
+                break
+    lengths = sorted(len(r.ids) for r in rows)
+    return {
+        "rows": len(rows),
+        "tokens": sum(lengths),
+        "tasks": dict(sorted(Counter(r.task for r in rows).items())),
+        "length_histogram": {f"{lo + 1}-{hi}": hist.get(f"{lo + 1}-{hi}", 0) for lo, hi in zip(edges, edges[1:])},
+        "min_len": lengths[0] if lengths else 0,
+        "median_len": lengths[len(lengths) // 2] if lengths else 0,
+        "max_len": lengths[-1] if lengths else 0,
+        "truncated": sum(r.truncated for r in rows),
+    }
+
+
+# -- the built-in generator ---------------------------------------------------------------------------------
+
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student group country problem "
+    "hand part place case week company system program question work government number night point home water room "
+    "mother area money story fact month lot right study book eye job word business issue side kind head house "
+    "service friend father power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war history party result "
+    "change morning reason research girl guy moment air teacher force education river garden market window paper "
+    "music letter color forest stone bridge island valley summer winter harbor engine signal marble lantern orbit "
+    "velvet copper meadow canyon thunder crystal feather glacier horizon journal kettle ladder mirror needle orchard "
+    "pepper quartz ribbon saddle tunnel umbrella violin walnut yellow zephyr anchor basket candle dolphin"
+).split()
+_SENT = ("The {a} near the {b} was {c} by the {d}.", "Every {a} keeps a {b} for the {c}.",
+         "A {a} and a {b} walked past the {c} before the {d} arrived.", "Nobody expected the {a} to {v} the {b}.",
+         "In the {a}, the {b} {v}s quietly while the {c} waits.")
+_VERBS = "carry move paint follow open watch build count hold find".split()
+
+
+def _filler(rng: random.Random, n_words: int) -> List[str]:
+    out: List[str] = []
+    words = 0
+    while words < n_words:
+        s = rng.choice(_SENT).format(a=rng.choice(_WORDS), b=rng.choice(_WORDS), c=rng.choice(_WORDS),
+                                     d=rng.choice(_WORDS), v=rng.choice(_VERBS))
+        out.append(s)
+        words += len(s.split())
+    return out
+
+
+def _insert(sentences: List[str], rng: random.Random, item: str) -> None:
+    sentences.insert(rng.randint(0, len(sentences)), item)
+
+
+def _niah(rng, n):
+    key, num = f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}", str(rng.randint(1000000, 9999999))
+    text = _filler(rng, n)
+    _insert(text, rng, f"One of the special magic numbers for {key} is: {num}.")
+    q = (" ".join(text) + f"\n\nWhat is the special magic number for {key} mentioned in the provided text? "
+         f"The special magic number for {key} mentioned in the provided text is")
+    return q, num
+
+
+def _kv(rng, n):
+    pairs = {}
+    while len(pairs) < max(4, n // 12):
+        pairs["-".join(f"{rng.getrandbits(32):08x}" for _ in range(2))] = "-".join(f"{rng.getrandbits(32):08x}" for _ in range(2))
+    key = rng.choice(list(pairs))
+    q = ("JSON data:\n" + json.dumps(pairs, indent=0) + f"\n\nKey: \"{key}\"\nThe value associated with the "
+         "specified key is:")
+    return q, pairs[key]
+
+
+def _cwe(rng, n):
+    vocab = rng.sample(_WORDS, 40)
+    common, rare = vocab[:10], vocab[10:]
+    words = [w for w in common for _ in range(max(3, n // 40))] + [rng.choice(rare) for _ in range(max(10, n // 3))]
+    rng.shuffle(words)
+    listing = " ".join(f"{i + 1}. {w}" for i, w in enumerate(words[:n]))
+    q = (f"Below is a numbered list of words. In these words, some appear more often than others.\n{listing}\n"
+         "Question: What are the 10 most common words in the above list? Answer: The top 10 words that appear most often in the list are:")
+    return q, ", ".join(common)
+
+
+def _fwe(rng, n):
+    coded = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(20)]
+    weights = [30, 20, 12] + [1] * 17
+    text = " ".join(rng.choices(coded, weights=weights, k=max(20, n)))
+    q = ("Read the following coded text and track the frequency of each coded word. Find the three most frequently "
+         f"appeared coded words.\n{text}\nQuestion: Do not provide any explanation. Please ignore the dots '....'. "
+         "What are the three most frequently appeared words in the above coded text? Answer:")
+    return q, ", ".join(coded[:3])
+
+
+def _mcq(rng, n):
+    passage = " ".join(_filler(rng, max(20, n - 40)))
+    subject, truth = rng.choice(_WORDS), rng.choice(_WORDS)
+    options = rng.sample([w for w in _WORDS if w != truth], 3) + [truth]
+    rng.shuffle(options)
+    letter = "ABCD"[options.index(truth)]
+    q = (f"{passage}\nIn this story the {subject} is kept beside the {truth}.\n\nQuestion: What is the {subject} kept "
+         "beside?\n" + "\n".join(f"{'ABCD'[i]}. {o}" for i, o in enumerate(options))
+         + "\n\nThink step by step, then finish with a line of the form 'ANSWER: X' where X is one of A, B, C, D.")
+    return q, f"The story says the {subject} is kept beside the {truth}.\nANSWER: {letter}"
+
+
+_GENERATORS = {"niah": _niah, "kv": _kv, "cwe": _cwe, "fwe": _fwe, "mcq": _mcq}
+
+
+def builtin_prompts(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Dict[str, str]]:
+    """`n` SOAR-format rows (`question`, `task`, `gold`): needle retrieval, key-value lookup, common and frequent
+    word extraction, multiple choice; lengths log-uniform between ~48 and `max_words` words."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        task = BUILTIN_TASKS[k % len(BUILTIN_TASKS)]
+        words = int(round(48 * (max(max_words, 49) / 48) ** rng.random()))
+        q, gold = _GENERATORS[task](rng, words)
+        out.append({"task": task, "question": q, "gold": gold})
+    return out
+
+
+def builtin_examples(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Example]:
+    return [_example_from_obj(row, f"builtin:{k}") for k, row in enumerate(builtin_prompts(n, seed, max_words=max_words))]
+
+
+def write_builtin_calibration(path: str | Path, n: int = DEFAULT_ROWS, seed: int = 0, *, max_words: int = 3000) -> Path:
+    """Write the built-in prompts as a SOAR-format JSONL (what a bundle ships)."""
+    from soarpack.fsutil import atomic_write_text
+
+    lines = [json.dumps(row, ensure_ascii=False) for row in builtin_prompts(n, seed, max_words=max_words)]
+    return atomic_write_text(path, "\n".join(lines) + "\n")
