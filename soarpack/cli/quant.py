@@ -79,13 +79,15 @@ def verify_cmd(
     ckpt: Path = typer.Argument(..., help="A quantized checkpoint directory."),
     original: Optional[Path] = typer.Option(None, "--original", help="The original checkpoint, for byte and error checks."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    device: str = typer.Option("auto", "--device", help="Where to unpack and dequantize: auto (a GPU when there is one), cpu, cuda."),
 ) -> None:
     """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem."""
+    from soarpack.quant.run import resolve_device
     from soarpack.quant.verify import verify_report
 
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
-    rep = verify_report(ckpt, original)
+    rep = verify_report(ckpt, original, device=resolve_device(device))
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:

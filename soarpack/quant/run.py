@@ -280,6 +280,8 @@ def quantize(
         with log.phase("gptq"), contextlib.redirect_stdout(sys.stderr):
             from soarpack.sala.hf import gptq_definition, wrap_for_hf  # imports GPTQModel (a banner, seconds)
 
+            _redirect_gptqmodel_logs(Path(log_file).parent if log_file else None)
+
             hf = wrap_for_hf(sala)
             hf.seqlen = config.dense_len
             qcfg = _gptqmodel_quant_config(rec, config, dev, offload_to_disk)
@@ -334,7 +336,7 @@ def quantize(
                 with log.phase("verify"):
                     from soarpack.quant.verify import verify_report
 
-                    report = verify_report(tmp, original=model_dir, output_name=out_dir.name)
+                    report = verify_report(tmp, original=model_dir, output_name=out_dir.name, device=dev)
                     quality_report["dequant_error"] = report.module_errors
                     if report.problems:
                         for p in report.problems:
@@ -354,6 +356,17 @@ def quantize(
         return result
     finally:
         log.close()
+
+
+def _redirect_gptqmodel_logs(folder: Optional[Path]) -> None:
+    """GPTQModel writes per-module logs to ./logs of whatever the working directory is; send them beside our log
+    file, or to a temp folder, so a run never litters the user's directory. (A module attribute of 7.6.0.)"""
+    import tempfile
+
+    from gptqmodel.looper import loop_processor
+
+    if hasattr(loop_processor, "_PROJECT_LOG_DIR"):
+        loop_processor._PROJECT_LOG_DIR = (folder or Path(tempfile.gettempdir())) / "gptqmodel-logs"
 
 
 def _module_losses(gptq_log) -> List[Dict[str, Any]]:

@@ -52,11 +52,13 @@ class VerifyReport:
                 "module_errors": self.module_errors}
 
 
-def verify_checkpoint(ckpt_dir, original=None) -> List[Problem]:
-    return verify_report(ckpt_dir, original).problems
+def verify_checkpoint(ckpt_dir, original=None, *, device: str = "cpu") -> List[Problem]:
+    return verify_report(ckpt_dir, original, device=device).problems
 
 
-def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None) -> VerifyReport:
+def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None, device: str = "cpu") -> VerifyReport:
+    """Check a written checkpoint; `device` is where tensors are unpacked and dequantized (a GPU makes the
+    per-module comparison of a 9B model take seconds instead of minutes)."""
     from soarpack.sala.checkpoint import iter_tensors, weight_files
     from soarpack.sala.config import SalaConfig
 
@@ -119,7 +121,7 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None)
         if missing:
             add("missing-quant", module, f"no .{', .'.join(missing)}")
             continue
-        for part, tensor in iter_tensors(ckpt, {f"{module}.{p}" for p in QUANT_PARTS}):
+        for part, tensor in iter_tensors(ckpt, {f"{module}.{p}" for p in QUANT_PARTS}, device=device):
             parts[part.rsplit(".", 1)[1]] = tensor
             seen.add(part)
         _check_module(module, mq, out_f, in_f, parts, add)
@@ -140,7 +142,7 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None)
 
     _check_paths(ckpt, original, output_name, add)
     if original is not None:
-        _compare_original(ckpt, Path(original), plan, names, expected_float, rep, add)
+        _compare_original(ckpt, Path(original), plan, names, expected_float, rep, add, device)
     return rep
 
 
@@ -217,7 +219,7 @@ def _check_module(module: str, mq: ModuleQuant, out_f: int, in_f: int, parts: Di
     if not torch.isfinite(parts["scales"]).all():
         add("nan", f"{module}.scales", "holds NaN or Inf")
     if not mq.desc_act:
-        seq = torch.arange(in_f, dtype=torch.int32) // (mq.group_size if mq.group_size > 0 else in_f)
+        seq = torch.arange(in_f, dtype=torch.int32, device=parts["g_idx"].device) // (mq.group_size if mq.group_size > 0 else in_f)
         if not torch.equal(parts["g_idx"].to(torch.int32), seq):
             add("g_idx", module, "g_idx is not sequential but desc_act is false")
     zeros = unpack_cols(parts["qzeros"], mq.bits)
@@ -249,7 +251,7 @@ def _sha(path: Path) -> bytes:
     return hashlib.sha256(path.read_bytes()).digest()
 
 
-def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: VerifyReport, add) -> None:
+def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: VerifyReport, add, device: str) -> None:
     from soarpack.sala.checkpoint import iter_tensors
 
     for pattern in SIDE_FILE_PATTERNS:
@@ -280,8 +282,8 @@ def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: 
     qmods = [m for m, mq in plan.items() if mq is not None and all(f"{m}.{p}" in names for p in QUANT_PARTS)]
     for module in qmods:
         mq = plan[module]
-        parts = {n.rsplit(".", 1)[1]: t for n, t in iter_tensors(ckpt, {f"{module}.{p}" for p in QUANT_PARTS})}
-        w = dict(iter_tensors(orig, {f"{module}.weight"})).get(f"{module}.weight")
+        parts = {n.rsplit(".", 1)[1]: t for n, t in iter_tensors(ckpt, {f"{module}.{p}" for p in QUANT_PARTS}, device=device)}
+        w = dict(iter_tensors(orig, {f"{module}.weight"}, device=device)).get(f"{module}.weight")
         if w is None:
             continue
         try:
