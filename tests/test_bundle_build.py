@@ -76,7 +76,7 @@ def test_bundle_env_gives_the_profile_args_back_through_the_shell(tmp_path):
 
 
 def test_user_recipe_file_and_calibration_are_shipped(tmp_path):
-    from soarpack.quant.recipe import RECIPES_DIR
+    from soarpack.recipe_files import RECIPES_DIR
 
     recipe = tmp_path / "mine.toml"
     recipe.write_text((RECIPES_DIR / "w4-full.toml").read_text())

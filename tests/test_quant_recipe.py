@@ -44,11 +44,11 @@ def fused_name(name: str) -> str:
 def test_builtin_recipes_are_listed_and_serving_profiles_are_not(tmp_path, monkeypatch):
     names = list_recipes()
     assert {"w4-full", "w4-mlp", "w4-balanced"} <= set(names)
-    import soarpack.quant.recipe as recipe_mod
+    import soarpack.recipe_files as recipe_files
 
     (tmp_path / "w4-x.toml").write_text('[quant]\nbits = 4\n')
     (tmp_path / "fp8.toml").write_text('recipe = "w4-mlp"\n[serve]\nargs = []\n')
-    monkeypatch.setattr(recipe_mod, "RECIPES_DIR", tmp_path)
+    monkeypatch.setattr(recipe_files, "RECIPES_DIR", tmp_path)
     assert list_recipes() == ["w4-x"]
     with pytest.raises(ConfigError, match="serving profile"):
         load_recipe("fp8")

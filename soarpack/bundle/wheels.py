@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
+from soarpack.bundle.manifest import sha256_file
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import atomic_write_json
 
@@ -157,18 +158,10 @@ def _wheel_matches(path: Path, w: LockedWheel) -> bool:
 def _cached(cache: Path, w: LockedWheel) -> Optional[Path]:
     if w.filename and (cache / w.filename).is_file():
         path = cache / w.filename
-        return path if not w.sha256 or _sha256(path) == w.sha256 else None
+        return path if not w.sha256 or sha256_file(path) == w.sha256 else None
     # A mirror may serve the same release under another file name (other tags): match name and version.
     hits = sorted(p for p in cache.glob("*.whl") if _wheel_matches(p, w))
     return hits[0] if hits else None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def default_cache_dir() -> Path:

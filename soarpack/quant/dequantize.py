@@ -16,9 +16,8 @@ def load_dequantized(ckpt, dtype: torch.dtype = torch.float32, device: str = "cp
 
     `marlin=True` reads the weights the way gptq_marlin does for sym (fixed zero 2^(b-1), qzeros ignored).
     """
-    from soarpack.sala.checkpoint import iter_tensors
+    from soarpack.sala.checkpoint import assign_tensor, empty_model, finish_loading, iter_tensors
     from soarpack.sala.config import load_config
-    from soarpack.sala.model import SalaForCausalLM
 
     ckpt = Path(ckpt)
     config = load_config(ckpt)
@@ -26,8 +25,7 @@ def load_dequantized(ckpt, dtype: torch.dtype = torch.float32, device: str = "cp
     base = ModuleQuant(int(qc.get("bits", 4)), int(qc.get("group_size", 128)), bool(qc.get("sym", True)),
                        bool(qc.get("desc_act", False)))
     plan = resolve_plan(config, qc.get("dynamic") or {}, base)
-    with torch.device("meta"):  # no random init of billions of weights
-        model = SalaForCausalLM(config)
+    model = empty_model(config)
     params = dict(model.named_parameters())
     pending: dict[str, dict[str, torch.Tensor]] = {}
     loaded = set()
@@ -38,7 +36,7 @@ def load_dequantized(ckpt, dtype: torch.dtype = torch.float32, device: str = "cp
             continue
         if name not in params:
             raise CheckpointError(f"unexpected tensor {name} in {ckpt}")
-        _assign(model, name, tensor.to(device=device, dtype=dtype))
+        assign_tensor(model, name, tensor.to(device=device, dtype=dtype))
         loaded.add(name)
     for module, parts in pending.items():
         mq = plan.get(module)
@@ -47,19 +45,9 @@ def load_dequantized(ckpt, dtype: torch.dtype = torch.float32, device: str = "cp
         parts = {k: v.to(device) for k, v in parts.items()}  # unpack on the GPU when there is one
         w = dequantize(parts["qweight"], parts["qzeros"], parts["scales"], parts["g_idx"], mq.bits, mq.group_size,
                        marlin=marlin, dtype=dtype)
-        _assign(model, f"{module}.weight", w)
+        assign_tensor(model, f"{module}.weight", w)
         loaded.add(f"{module}.weight")
     missing = sorted(set(params) - loaded - ({"lm_head.weight"} if config.tie_word_embeddings else set()))
     if missing:
         raise CheckpointError(f"{ckpt} is missing {missing[:3]}")
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    for layer in model.model.layers:
-        if hasattr(layer.self_attn, "g"):
-            layer.self_attn.g = -torch.tensor(config.lightning_slopes, dtype=torch.float64, device=device)
-    return model.eval()
-
-
-def _assign(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
-    module_name, _, attr = name.rpartition(".")
-    setattr(model.get_submodule(module_name), attr, torch.nn.Parameter(tensor, requires_grad=False))
+    return finish_loading(model, ckpt, device)

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from soarpack import _toml
 from soarpack.errors import ConfigError
+from soarpack import recipe_files
+from soarpack.recipe_files import builtin_names, read_toml
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 MARLIN_BITS = (4, 8)
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
@@ -340,24 +340,9 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
                   source=source)
 
 
-def _read_toml(path: Path) -> Dict[str, Any]:
-    try:
-        return _toml.loads(path.read_text(encoding="utf-8"))
-    except _toml.TOMLDecodeError as exc:
-        raise ConfigError(f"{path.name} is not valid TOML: {exc}", "fix the file") from None
-
-
 def list_recipes() -> List[str]:
     """Names of the built-in recipes (files in the recipes folder that have a [quant] table)."""
-    names = []
-    for path in sorted(RECIPES_DIR.glob("*.toml")):
-        try:
-            data = _read_toml(path)
-        except ConfigError:
-            continue
-        if isinstance(data.get("quant"), dict):
-            names.append(path.stem)
-    return names
+    return builtin_names("quant")
 
 
 def load_recipe(name_or_path: Union[str, Path, Recipe]) -> Recipe:
@@ -367,12 +352,12 @@ def load_recipe(name_or_path: Union[str, Path, Recipe]) -> Recipe:
     text = str(name_or_path)
     path = Path(text)
     if not (path.suffix == ".toml" or path.exists()):
-        path = RECIPES_DIR / f"{text}.toml"
+        path = recipe_files.RECIPES_DIR / f"{text}.toml"
         if not path.exists():
             raise ConfigError(f"no recipe named {text!r}", f"built-in recipes: {', '.join(list_recipes())}; or pass a .toml file")
     elif not path.exists():
         raise ConfigError(f"recipe file {text} does not exist", "check the path")
-    data = _read_toml(path)
+    data = read_toml(path)
     if "quant" not in data and "serve" in data:
         raise ConfigError(f"{path.name} is a serving profile, not a recipe", f"use its recipe {data.get('recipe', '?')!r}")
     return recipe_from_dict(data, default_name=path.stem, source=path.name)

@@ -75,12 +75,9 @@ def load_model(
     config: Optional[SalaConfig] = None,
 ):
     """Build `SalaForCausalLM` from a checkpoint directory, with every tensor checked against the config."""
-    from soarpack.sala.model import SalaForCausalLM
-
     cfg = config or load_config(ckpt)
     expected = cfg.tensor_shapes()
-    with torch.device("meta"):
-        model = SalaForCausalLM(cfg)
+    model = empty_model(cfg)
     seen = set()
     for name, tensor in iter_tensors(ckpt, device=str(device) if str(device) != "meta" else "cpu"):
         if name not in expected:
@@ -94,12 +91,31 @@ def load_model(
             raise CheckpointError(
                 f"tensor {name} has shape {tuple(tensor.shape)} but config.json implies {expected[name]}"
             )
-        _assign(model, name, tensor.to(device=device, dtype=dtype))
+        assign_tensor(model, name, tensor.to(device=device, dtype=dtype))
         seen.add(name)
     missing = sorted(set(expected) - seen)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise CheckpointError(f"{ckpt} is missing tensors: {', '.join(missing[:3])}{more}")
+    return finish_loading(model, ckpt, device)
+
+
+def empty_model(cfg: SalaConfig):
+    """`SalaForCausalLM` on the meta device: no memory and no random init until tensors are assigned."""
+    from soarpack.sala.model import SalaForCausalLM
+
+    with torch.device("meta"):
+        return SalaForCausalLM(cfg)
+
+
+def assign_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    module_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(module_name), attr, torch.nn.Parameter(tensor, requires_grad=False))
+
+
+def finish_loading(model, ckpt: str | Path, device: str | torch.device):
+    """After every tensor is assigned: tie embeddings, rebuild the decay buffers, refuse any parameter left on meta."""
+    cfg = model.config
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     # the non-persistent decay buffers were built on meta: rebuild them on the target device
@@ -110,12 +126,6 @@ def load_model(
     if leftover:
         raise CheckpointError(f"parameters not loaded from {ckpt}: {leftover[:3]}")
     return model.eval()
-
-
-def _assign(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
-    module_name, _, attr = name.rpartition(".")
-    module = model.get_submodule(module_name)
-    setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
 
 
 def save_state_dict(

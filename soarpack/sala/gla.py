@@ -55,6 +55,12 @@ def _use_fla(q: torch.Tensor) -> bool:
     return q.is_cuda and fla_available()
 
 
+def _initial_state(state: Optional[torch.Tensor], shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    if state is not None:
+        return state.to(like.dtype)
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
 def chunk_gla(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -68,11 +74,7 @@ def chunk_gla(
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     dtype = q.dtype
-    state = (
-        initial_state.to(dtype)
-        if initial_state is not None
-        else torch.zeros(B, H, Dk, Dv, dtype=dtype, device=q.device)
-    )
+    state = _initial_state(initial_state, (B, H, Dk, Dv), q)
     # [B,H,T,D] so that the per-head matmuls batch over (B, H).
     q, k, v = (x.transpose(1, 2) for x in (q, k, v))
     g = g.to(dtype).view(1, H, 1, 1)
@@ -107,11 +109,7 @@ def recurrent_gla(
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     dtype = q.dtype
-    state = (
-        initial_state.to(dtype)
-        if initial_state is not None
-        else torch.zeros(B, H, Dk, Dv, dtype=dtype, device=q.device)
-    )
+    state = _initial_state(initial_state, (B, H, Dk, Dv), q)
     decay = torch.exp(g.to(dtype)).view(1, H, 1, 1)
     outs = []
     for t in range(T):

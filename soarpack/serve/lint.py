@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
-from soarpack import _toml
 from soarpack.errors import ConfigError
 from soarpack.serve.serverargs import FlagSpec, known_flags, split_args
 
@@ -91,15 +90,14 @@ def recipe_grid(recipe: Any) -> RecipeGrid:
         return recipe_grid(load_recipe(recipe))
     except (ImportError, ConfigError):
         pass  # an asymmetric recipe is refused by the loader; read its grid directly so the lint can say why
-    from soarpack.serve.profiles import RECIPES_DIR
+    from soarpack.recipe_files import RECIPES_DIR, read_toml
 
     path = Path(str(recipe))
     if not path.is_file():
         path = RECIPES_DIR / f"{recipe}.toml"
     if not path.is_file():
         raise ConfigError(f"no quantization recipe named {recipe!r}", "pass a built-in recipe name or a .toml path")
-    data = _toml.loads(path.read_text(encoding="utf-8"))
-    quant = data.get("quant")
+    quant = read_toml(path).get("quant")
     if not isinstance(quant, dict):
         raise ConfigError(f"{path}: no [quant] table", "a serving profile's recipe must name a quantization recipe")
     return RecipeGrid(str(quant.get("name", path.stem)), int(quant.get("bits", 4)), int(quant.get("group_size", 128)),

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from soarpack import _toml
 from soarpack.errors import ConfigError
+from soarpack import recipe_files
+from soarpack.recipe_files import builtin_names, read_toml
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 # "safe" is what passed the accuracy gate on the platform (82.18). "fp8" is faster on paper, but every peer run of
 # fp8 KV on the sparse path stayed below the gate (75-77.5) with no S1 gain; it stays opt-in until measured.
 DEFAULT_PROFILE = "safe"
@@ -94,13 +94,6 @@ def profile_from_dict(data: Dict[str, Any], *, name: str, source: Optional[str] 
     )
 
 
-def _read(path: Path) -> Dict[str, Any]:
-    try:
-        return _toml.loads(path.read_text(encoding="utf-8"))
-    except _toml.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})", "fix the syntax at the line named") from None
-
-
 def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
     """A profile by name (`fp8`, from soarpack/recipes/) or by path to a .toml file."""
     if isinstance(name_or_path, Profile):
@@ -110,21 +103,13 @@ def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
     if raw.endswith(".toml") or path.is_file() or "/" in raw:
         if not path.is_file():
             raise ConfigError(f"profile file {path} does not exist", "check the path")
-        return profile_from_dict(_read(path), name=path.stem, source=str(path))
-    candidate = RECIPES_DIR / f"{raw}.toml"
+        return profile_from_dict(read_toml(path), name=path.stem, source=str(path))
+    candidate = recipe_files.RECIPES_DIR / f"{raw}.toml"
     if not candidate.is_file():
         raise ConfigError(f"unknown serving profile {raw!r}", "known profiles: " + ", ".join(list_profiles()))
-    return profile_from_dict(_read(candidate), name=raw, source=str(candidate))
+    return profile_from_dict(read_toml(candidate), name=raw, source=str(candidate))
 
 
 def list_profiles() -> List[str]:
     """Names of the packaged serving profiles (the recipe files that have a [serve] table)."""
-    names = []
-    for path in sorted(RECIPES_DIR.glob("*.toml")):
-        try:
-            data = _read(path)
-        except ConfigError:
-            continue
-        if isinstance(data.get("serve"), dict):
-            names.append(path.stem)
-    return names
+    return builtin_names("serve")

@@ -1,0 +1,34 @@
+"""The TOML files in soarpack/recipes/: quantization recipes (a `[quant]` table) and serving profiles (a `[serve]`
+table naming the recipe they serve) share one folder and one reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+from soarpack import _toml
+from soarpack.errors import ConfigError
+
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+
+
+def read_toml(path: Path) -> Dict[str, Any]:
+    try:
+        return _toml.loads(Path(path).read_text(encoding="utf-8"))
+    except _toml.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})", "fix the syntax at the line named") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def builtin_names(table: str) -> List[str]:
+    """Names (file stems) of the packaged TOML files that hold `table` ("quant" or "serve")."""
+    names = []
+    for path in sorted(RECIPES_DIR.glob("*.toml")):
+        try:
+            data = read_toml(path)
+        except ConfigError:
+            continue
+        if isinstance(data.get(table), dict):
+            names.append(path.stem)
+    return names
