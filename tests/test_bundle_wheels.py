@@ -51,7 +51,7 @@ def _fake_lock(tmp_path, cache):
     built = W.make_pure_wheel(cache, "beta", "2.0")
     lock = tmp_path / "lock.json"
     lock.write_text(json.dumps({"wheels": [
-        {"name": "alpha", "version": "1.0", "source": "pypi", "filename": pure.name, "sha256": W._sha256(pure)},
+        {"name": "alpha", "version": "1.0", "source": "pypi", "filename": pure.name, "sha256": W.sha256_file(pure)},
         {"name": "beta", "version": "2.0", "source": "sdist"},
     ]}))
     return lock

@@ -57,16 +57,7 @@ class SalaHFForCausalLM(PreTrainedModel):
         pass
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, **ignored) -> CausalLMOutput:
-        cfg = self._sala.config
-        position_ids = None
-        if attention_mask is not None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        h = self.model.embed_tokens(input_ids) * cfg.scale_emb
-        # Keyword arguments: GPTQModel captures layer 0's inputs and replays them to every layer.
-        for layer in self.model.layers:
-            h = layer(h, position_ids=position_ids, attention_mask=attention_mask)
-        h = self.model.norm(h)
-        return CausalLMOutput(logits=self.lm_head(h / cfg.logits_divisor))
+        return CausalLMOutput(logits=self._sala(input_ids, attention_mask=attention_mask))
 
 
 def wrap_for_hf(sala) -> SalaHFForCausalLM:

@@ -244,7 +244,9 @@ class SalaForCausalLM(nn.Module):
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         h = self.model.embed_tokens(input_ids) * cfg.scale_emb
         for i, layer in enumerate(self.model.layers):
-            h = layer(h, position_ids, attention_mask, cache.layers[i] if cache is not None else None)
+            # keywords: GPTQModel captures layer 0's call and replays it to every layer
+            layer_cache = cache.layers[i] if cache is not None else None
+            h = layer(h, position_ids=position_ids, attention_mask=attention_mask, cache=layer_cache)
         return self.model.norm(h)
 
     def forward(self, input_ids, attention_mask=None, cache: Optional[SalaCache] = None) -> torch.Tensor:
