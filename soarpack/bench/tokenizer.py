@@ -10,17 +10,14 @@ from soarpack.errors import InputDataError
 
 
 def load_tokenizer(path: str | Path):
-    """A Hugging Face tokenizer from a local directory (tokenizer.json + tokenizer_config.json)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise InputDataError(f"tokenizer directory {path} does not exist", "pass the served model's directory")
-    from transformers import AutoTokenizer
+    """The served model's tokenizer as SGLang's bench_serving loads it (AutoTokenizer, trust_remote_code=True);
+    when the directory's remote code cannot be imported here, the same tokenizer files without it."""
+    from soarpack.sala.tokenizer import load_tokenizer as load_from_dir
 
     try:
-        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=True)
-    except (OSError, ValueError) as exc:
-        raise InputDataError(f"no usable tokenizer in {path} ({exc.__class__.__name__}: {str(exc)[:200]})",
-                             "the directory needs tokenizer.json or tokenizer.model plus tokenizer_config.json") from None
+        return load_from_dir(path, trust_remote_code=True)
+    except InputDataError:
+        return load_from_dir(path, trust_remote_code=False)
 
 
 def count_tokens(tokenizer, text: str) -> int:

@@ -104,23 +104,12 @@ def read_examples(path: str | Path) -> List[Example]:
 
 
 def load_tokenizer(tokenizer_or_dir):
+    """A tokenizer object as is, or the tokenizer of a model directory."""
     if not isinstance(tokenizer_or_dir, (str, Path)):
         return tokenizer_or_dir
-    path = Path(tokenizer_or_dir)
-    if path.is_dir() and not any(path.glob("tokenizer*")):
-        raise InputDataError(f"{path} holds no tokenizer files (tokenizer.json, tokenizer_config.json)",
-                             "pass the model directory that ships its tokenizer")
-    try:
-        # tokenizer.json directly: AutoTokenizer would read config.json's auto_map and ask to run remote code.
-        if (path / "tokenizer.json").is_file():
-            from transformers import PreTrainedTokenizerFast
+    from soarpack.sala.tokenizer import load_tokenizer as load_from_dir
 
-            return PreTrainedTokenizerFast.from_pretrained(str(path))
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except Exception as exc:  # transformers raises many kinds here
-        raise InputDataError(f"cannot load a tokenizer from {tokenizer_or_dir}: {exc}", "pass the model directory") from None
+    return load_from_dir(tokenizer_or_dir)
 
 
 def encode_example(ex: Example, tokenizer) -> List[int]:

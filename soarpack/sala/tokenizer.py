@@ -1,31 +1,37 @@
-"""Loading a SALA checkpoint's tokenizer without running its remote code."""
+"""Loading a checkpoint's tokenizer the way the server does (`AutoTokenizer`), with one clear error."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
 
-from soarpack.errors import CheckpointError
+from soarpack.errors import InputDataError
 
 
-def load_tokenizer(path: str | Path):
-    """The checkpoint's tokenizer (tokenizer.json + tokenizer_config.json, chat template included).
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False):
+    """The tokenizer of a model directory (tokenizer.json or tokenizer.model + tokenizer_config.json).
 
-    `trust_remote_code=False`: the tokenizer is plain `tokenizers` data; the remote code is only the model's.
+    `trust_remote_code=False` by default: the tokenizer is plain data, and the remote code is only the model's
+    (tiny test models carry placeholders that refuse to import). The speed bench passes True, as SGLang's
+    bench_serving does, so token counts are the platform's.
     """
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     path = Path(path)
+    if not path.is_dir():
+        raise InputDataError(f"tokenizer directory {path} does not exist", "pass the model directory")
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
-        raise CheckpointError(f"no tokenizer.json in {path}", "pass a model directory that holds the tokenizer files")
+        raise InputDataError(f"no tokenizer.json or tokenizer.model in {path}",
+                             "pass the model directory that ships its tokenizer")
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot load the tokenizer in {path}: {exc}") from exc
+            return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises many kinds here (OSError, ValueError, ImportError ...)
+        raise InputDataError(f"cannot load the tokenizer in {path}: {exc.__class__.__name__}: {str(exc)[:200]}",
+                             "the directory needs tokenizer.json or tokenizer.model plus tokenizer_config.json") from None
     finally:
         hf_logging.set_verbosity(verbosity)
