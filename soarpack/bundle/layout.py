@@ -27,4 +27,6 @@ REPO_DIR = PACKAGE_DIR.parent  # a checkout: holds the entry scripts, pyproject.
 
 
 def script_path(name: str) -> Path:
-    return REPO_DIR / name
+    """An entry script: the checkout's top-level copy, else the one a wheel install carries (setup.py)."""
+    in_checkout = REPO_DIR / name
+    return in_checkout if in_checkout.is_file() else PACKAGE_DIR / "bundle" / "entry" / name
