@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -42,6 +43,15 @@ def publish_permissions(root: Path) -> None:
 
 def _disk_full_error(target: Path, exc: OSError) -> SoarpackError:
     return SoarpackError(f"no space left on the device while writing {target}", "free disk space and run again; nothing was replaced")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (bundles hold multi-GB files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from soarpack.bundle.tarpack import iter_tree
 from soarpack.errors import SoarpackError
+from soarpack.fsutil import sha256_file
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_FORMAT = 1
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_table(root: Path) -> dict[str, dict[str, Any]]:

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
-from soarpack.bundle.manifest import sha256_file
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import atomic_write_json
+from soarpack.fsutil import atomic_write_json, sha256_file
 
 LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
 TARGET_PYTHON = "3.10"

@@ -92,19 +92,15 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def next_token_loss(model, rows: Sequence[Sequence[int]], device: str) -> float:
-    """Mean next-token cross entropy (nats) over the rows, one row at a time."""
+def next_token_loss(logprobs: Sequence[Any], rows: Sequence[Sequence[int]]) -> float:
+    """Mean next-token cross entropy (nats) from the per-row log-probabilities of `next_token_logprobs`."""
     import torch
-    import torch.nn.functional as F
 
     total, count = 0.0, 0
-    with torch.no_grad():
-        for ids in rows:
-            x = torch.tensor([list(ids)], device=device)
-            logits = model(x).float()
-            loss = F.cross_entropy(logits[0, :-1], x[0, 1:], reduction="sum")
-            total += float(loss)
-            count += x.shape[1] - 1
+    for lp, ids in zip(logprobs, rows):
+        targets = torch.tensor(list(ids)[1:], dtype=torch.long)
+        total -= float(lp[:-1].gather(-1, targets.unsqueeze(-1)).sum())
+        count += len(targets)
     return total / max(count, 1)
 
 
@@ -261,7 +257,9 @@ def quantize(
 
         with log.phase("sanity"):
             sala.to(dev)
-            sanity_loss = next_token_loss(sala, held_out, dev)
+            # one forward over the held-out rows serves the sanity loss and the quality reference
+            ref_logprobs = next_token_logprobs(sala, held_out, dev)
+            sanity_loss = next_token_loss(ref_logprobs, held_out)
             log.line(f"original next-token loss on {len(held_out)} held-out rows: {sanity_loss:.3f} nats")
             if not math.isfinite(sanity_loss):
                 raise CheckpointError("the original model's loss is not finite (NaN/Inf)",
@@ -271,7 +269,8 @@ def quantize(
                     f"the original model's next-token loss {sanity_loss:.2f} exceeds the sanity bound {sanity_max_loss}",
                     "the checkpoint or soarpack.sala is wrong; raise --max-sanity-loss only if you know the model is fine",
                 )
-            ref_logprobs = next_token_logprobs(sala, held_out, dev) if quality else None
+            if not quality:
+                ref_logprobs = None
             sala.to("cpu")
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()

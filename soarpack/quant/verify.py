@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from soarpack.errors import SoarpackError
+from soarpack.fsutil import sha256_file
 from soarpack.quant.gptq_format import dequantize, unpack_cols
 from soarpack.quant.recipe import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
                                    ModuleQuant, resolve_plan)
@@ -245,12 +246,6 @@ def _check_paths(ckpt: Path, original, output_name: Optional[str], add) -> None:
                 add("abs-path", path.name, f"contains the machine path {needle}")
 
 
-def _sha(path: Path) -> bytes:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).digest()
-
-
 def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: VerifyReport, add, device: str) -> None:
     from soarpack.sala.checkpoint import iter_tensors
 
@@ -261,7 +256,7 @@ def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: 
             dst = ckpt / src.name
             if not dst.is_file():
                 add("side-file", src.name, "missing (copy it from the original)")
-            elif _sha(dst) != _sha(src):
+            elif sha256_file(dst) != sha256_file(src):
                 add("side-file", src.name, "differs from the original (re-serialised?)")
     orig_names = set()
     try:

@@ -159,10 +159,6 @@ def resolve_src(src: os.PathLike) -> Path:
     raise ConfigError(f"{src} holds no sglang/ package", "pass the fork's python/ directory (the one with sglang/ inside)")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _read_text(path: Path) -> str:
     with open(path, encoding="utf-8", newline="") as fh:
         return fh.read()
@@ -213,7 +209,7 @@ def _known_hashes(directory: Path) -> Dict[str, Dict[str, Dict[str, str]]]:
 
 def _identify(root: Path, directory: Path, touched: Sequence[str]) -> tuple:
     commits = _known_hashes(directory)
-    actual = {f: (_sha256(root / f) if (root / f).is_file() else None) for f in touched}
+    actual = {f: (fsutil.sha256_file(root / f) if (root / f).is_file() else None) for f in touched}
     for commit, states in commits.items():
         for state in ("pristine", "patched"):
             want = states.get(state, {})
@@ -328,7 +324,7 @@ def record_hashes(trees: Dict[str, os.PathLike], directory: Optional[Path] = Non
         if any(s.status != "apply" for s in statuses):
             raise PatchError(f"the patch set does not apply cleanly to the {commit} tree at {root}", "fix the patches first")
         commits[commit] = {
-            "pristine": {f: _sha256(root / f) for f in touched},
+            "pristine": {f: fsutil.sha256_file(root / f) for f in touched},
             "patched": {f: hashlib.sha256(texts[f].encode("utf-8")).hexdigest() for f in touched},
         }
     return fsutil.atomic_write_json(directory / HASHES_FILE, {"fork": "OpenBMB/sglang branch minicpm_sala (mirror tc-mb/sglang)", "commits": commits})
