@@ -86,6 +86,27 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Pat
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
 
 
+def ensure_writable_output(target: str | os.PathLike, *, what: str = "output") -> Path:
+    """Fail before any work when `target` cannot be written as a file: a folder, a missing or read-only parent.
+
+    Probes with a real temporary file beside the target, so read-only mounts and permission bits are both caught.
+    """
+    target = Path(target)
+    if target.is_dir():
+        raise SoarpackError(f"{what} {target} is a directory", "give a file path")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise SoarpackError(f"{what} {target}: the folder {parent} does not exist", "create it or choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise SoarpackError(f"{what} {target} cannot be written: {exc.strerror or exc}",
+                            "choose a writable location") from None
+    return target
+
+
 def check_output_dir(target: str | os.PathLike, force: bool) -> Path:
     """Refuse a non-empty output directory unless force is set; return the resolved target."""
     target = Path(target)
