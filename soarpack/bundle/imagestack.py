@@ -1,0 +1,187 @@
+"""A stand-in for the platform image's Python stack, built once into soarpack's cache.
+
+The image runs CPython 3.10 with the OpenBMB fork installed as `python[all]`, so its venv holds the fork's own pins
+(`python/pyproject.toml` at 377b0b5eb and d29fb130c): torch 2.9.1, torchao 0.9.0, transformers 4.57.1. PyPI's
+torch 2.9.1 is a CUDA build that imports and runs on a CPU; with its NVIDIA libraries it is a ~4 GB download,
+which is why the venv is cached and reused. The venv is made without --system-site-packages, so nothing of this
+machine's environment leaks into it. The fork's pure-Python import needs (what `soarpack serve-check` needs to
+import the fork's model code on a CPU) are installed too: the image has them, as dependencies of `python[all]`.
+
+A bundle that passes on this stack has been installed, imported and run the way the platform does it; one that
+passed only on the development stack (Python 3.11, torch 2.13) has not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterator, Optional, Sequence
+
+from soarpack.errors import SoarpackError
+
+# The fork's own pins (python/pyproject.toml), which the image installs.
+IMAGE_PINS = ("torch==2.9.1", "torchao==0.9.0", "transformers==4.57.1")
+# What the fork's model code imports besides torch (see the fork-check module); in the image through python[all].
+FORK_IMPORT_PACKAGES = (
+    "pybase64", "ipython", "aiohttp", "orjson", "pyzmq", "fastapi", "openai==2.6.1", "partial_json_parser",
+    "sentencepiece", "compressed-tensors", "gguf", "einops", "msgspec", "xgrammar==0.1.27", "uvicorn", "uvloop",
+    "psutil", "requests", "setproctitle", "interegular", "prometheus-client", "python-multipart", "pillow", "scipy",
+    "nvidia-ml-py", "packaging", "safetensors",
+)
+PIP_ATTEMPTS = 3
+# Printed by every interpreter that runs a rehearsal step, so a report names the stack that really ran.
+VERSION_PROBE = (
+    "import json, sys\n"
+    "out = {'python': sys.version.split()[0]}\n"
+    "for name in ('torch', 'transformers'):\n"
+    "    try:\n"
+    "        mod = __import__(name)\n"
+    "        out[name] = mod.__version__\n"
+    "    except Exception as exc:\n"
+    "        out[name] = 'unimportable: ' + type(exc).__name__\n"
+    "print(json.dumps(out))\n"
+)
+
+
+class ImageStackError(SoarpackError):
+    """The stand-in for the image's Python stack could not be built."""
+
+
+@dataclass(frozen=True)
+class ImageStack:
+    python: Path
+    versions: Dict[str, str]
+
+    def describe(self) -> str:
+        return describe_versions(self.versions)
+
+
+def describe_versions(versions: Dict[str, str]) -> str:
+    return f"Python {versions.get('python')}, torch {versions.get('torch')}, transformers {versions.get('transformers')}"
+
+
+def cache_root() -> Path:
+    """$SOARPACK_CACHE, else $XDG_CACHE_HOME (or ~/.cache)/soarpack."""
+    if os.environ.get("SOARPACK_CACHE"):
+        return Path(os.environ["SOARPACK_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarpack"
+
+
+def _spec(packages: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(packages)).encode()).hexdigest()[:12]
+
+
+def stack_dir(packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES) -> Path:
+    return cache_root() / "image-stack" / f"cp310-torch2.9.1-{_spec(packages)}"
+
+
+def clean_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """An environment in which a Python sees only its own site-packages (no PYTHONPATH, PYTHONHOME, user site)."""
+    env = dict(os.environ if base is None else base)
+    for key in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTHONUSERBASE"):
+        env.pop(key, None)
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def probe_versions(python: os.PathLike, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The Python, torch and transformers versions that `python` really imports."""
+    proc = subprocess.run([str(python), "-c", VERSION_PROBE], capture_output=True, text=True, timeout=600,
+                          env=env if env is not None else clean_env())
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
+        raise ImageStackError(f"{python} does not run: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _pip_install(python: Path, packages: Sequence[str], log: Callable[[str], None]) -> None:
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--retries", "10", "--timeout", "120",
+           *packages]
+    show_progress = sys.stderr.isatty()
+    last = ""
+    for attempt in range(1, PIP_ATTEMPTS + 1):
+        if show_progress:  # pip's own progress bars, straight to the terminal
+            proc = subprocess.run(cmd, env=clean_env(), stdout=sys.stderr)
+            last = f"pip exited {proc.returncode}"
+        else:
+            proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True)
+            last = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        if proc.returncode == 0:
+            return
+        if attempt < PIP_ATTEMPTS:
+            log(f"pip install failed (attempt {attempt} of {PIP_ATTEMPTS}): {last}; retrying")
+            time.sleep(5 * attempt)
+    raise ImageStackError(f"installing the image stack failed after {PIP_ATTEMPTS} attempts: {last}",
+                          "check the network to PyPI (about 4 GB is downloaded once), then run again")
+
+
+def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES,
+                       log: Callable[[str], None] = print) -> ImageStack:
+    """Return the cached stand-in, building it first if needed (once; ~4 GB from PyPI, a few minutes)."""
+    from soarpack.bundle.wheels import find_python310
+
+    root = stack_dir(packages)
+    marker = root / ".soarpack-ready.json"
+    with _locked(root.with_name(root.name + ".lock")):
+        if marker.is_file():
+            try:
+                versions = json.loads(marker.read_text(encoding="utf-8"))["versions"]
+                if (root / "bin" / "python").exists():
+                    return ImageStack(root / "bin" / "python", versions)
+            except (OSError, ValueError, KeyError):
+                pass
+        py310 = find_python310()
+        if py310 is None:
+            raise ImageStackError("the image stand-in needs a CPython 3.10 (the platform's Python) and none was found",
+                                  "install one (pyenv install 3.10) or set SOARPACK_PYTHON310=/path/to/python3.10")
+        log(f"building the image stand-in once (CPython 3.10, {', '.join(IMAGE_PINS)}; about 4 GB from PyPI) at {root}")
+        shutil.rmtree(root, ignore_errors=True)
+        proc = subprocess.run([py310, "-m", "venv", str(root)], capture_output=True, text=True, env=clean_env())
+        if proc.returncode != 0:
+            raise ImageStackError(f"cannot make a Python 3.10 venv at {root}: {proc.stderr.strip()[-300:]}")
+        python = root / "bin" / "python"
+        t0 = time.monotonic()
+        _pip_install(python, list(packages), log)
+        versions = probe_versions(python)
+        want_torch = next(p.split("==")[1] for p in IMAGE_PINS if p.startswith("torch=="))
+        if not versions.get("torch", "").startswith(want_torch) or not versions.get("python", "").startswith("3.10."):
+            raise ImageStackError(f"the image stand-in at {root} runs {describe_versions(versions)}, not the image's")
+        marker.write_text(json.dumps({"packages": list(packages), "versions": versions,
+                                      "seconds": round(time.monotonic() - t0, 1)}, indent=2), encoding="utf-8")
+        log(f"image stand-in ready in {time.monotonic() - t0:.0f} s: {describe_versions(versions)}")
+        return ImageStack(python, versions)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m soarpack.bundle.imagestack`: build (or find) the stand-in and print its python and versions."""
+    try:
+        stack = ensure_image_stack(log=lambda m: print(m, file=sys.stderr))
+    except SoarpackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"python": str(stack.python), **stack.versions}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
