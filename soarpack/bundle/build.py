@@ -173,7 +173,7 @@ def build_bundle(
     log: Callable[[str], None] = print,
 ) -> BuildResult:
     """Build the submission tarball; every input is checked before the slow parts (wheels, packing)."""
-    from soarpack.bundle.wheels import collect_wheels
+    from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
     from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
 
     prof = load_profile(profile or DEFAULT_PROFILE)
@@ -208,6 +208,11 @@ def build_bundle(
             wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
                                          wheel_dir=Path(wheel_dir) if wheel_dir else None, log=log)
             wheel_source = "dir" if wheel_dir else "lock"
+            problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
+            if problems:
+                raise WheelError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                                 "the platform image (CPython 3.10, torch 2.9.1) cannot run this wheel set; "
+                                 "pin a release that supports it")
         else:
             wheel_names, wheel_source = [], "none"
             warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import py_compile
-import re
 import shlex
 import shutil
 import site
@@ -240,14 +239,12 @@ def _overlay_has(py: str, wheel_names: List[str]) -> List[str]:
     return [f"{n} {v} (found {got.get(n)})" for n, v in sorted(want.items()) if got.get(n) != v]
 
 
-# What the image provides to the wheel set: `pip check` may say these are missing, nothing else.
-IMAGE_PROVIDES = {"torch"}
 IMPORT_PROBE = "import numpy, pcre, transformers, tokenizers, safetensors, typer, rich; print(numpy.__version__, transformers.__version__)"
 
 
 def wheels_on_python310(wheel_dir: Path, venv: Path) -> str:
     """Install the bundle's wheels offline into a fresh CPython 3.10 venv; check the set is complete but for torch."""
-    from soarpack.bundle.wheels import canonical, find_python310
+    from soarpack.bundle.wheels import find_python310, pip_check_problems
 
     py310 = find_python310()
     if py310 is None:
@@ -261,11 +258,7 @@ def wheels_on_python310(wheel_dir: Path, venv: Path) -> str:
     if proc.returncode != 0:
         raise StepFailed(f"offline install failed: {_tail(proc.stderr or proc.stdout)}")
     proc = _run([py, "-m", "pip", "check", "--disable-pip-version-check"])
-    missing = []
-    for line in proc.stdout.splitlines():
-        m = re.match(r"^\S+ \S+ requires ([^,\s]+),? which is not installed", line)
-        if (m and canonical(m.group(1)) not in IMAGE_PROVIDES) or "has requirement" in line:
-            missing.append(line.strip())
+    missing = pip_check_problems(proc.stdout)
     if missing:
         raise StepFailed("the wheel set is incomplete: " + "; ".join(missing[:5]))
     proc = _run([py, "-c", IMPORT_PROBE], env=dict(os.environ, TRANSFORMERS_VERBOSITY="error"))
