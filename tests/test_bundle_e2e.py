@@ -52,7 +52,7 @@ def bundle(work, ci_wheels):
 @pytest.fixture(scope="module")
 def checked(work, bundle):
     rehearsal = work / "rehearsal"
-    report = check_bundle(bundle, work_dir=rehearsal, keep=True)
+    report = check_bundle(bundle, work_dir=rehearsal, keep=True, dev_stack=True)
     return report, rehearsal
 
 
@@ -107,9 +107,19 @@ def test_sourcing_again_is_idempotent(checked, bundle):
 
 def test_cli_check_json(bundle):
     res = runner.invoke(app, ["check", str(bundle), "--no-rehearse", "--json"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # nothing failed, but nothing was rehearsed: not uploadable
     data = json.loads(res.output)
     assert data["ok"] and {s["name"]: s["status"] for s in data["steps"]}["rehearsal"] == SKIP
+    assert not data["uploadable"] and data["not_uploadable_because"].startswith("not rehearsed")
+
+
+def test_a_dev_stack_rehearsal_passes_but_is_never_uploadable(checked):
+    report, _ = checked
+    assert report.ok and report.stack == "development stack" and not report.uploadable
+    assert "development stack" in report.not_uploadable_because
+    step = next(s for s in report.steps if s.name == "prepare_model.sh")
+    import sys
+    assert step.versions["python"] == sys.version.split()[0]  # reported by the interpreter, not a label
 
 
 def test_tampered_bundle_fails_structure_and_is_not_rehearsed(work, bundle):
@@ -186,7 +196,7 @@ def test_patches_that_do_not_apply_fail_the_rehearsal_and_export_the_fallback(wo
     fork.mkdir(parents=True)
     (fork / "__init__.py").write_text("")
     rehearsal = work / "fallback"
-    report = check_bundle(fp8_bundle, sglang_fork=fork.parent, work_dir=rehearsal, keep=True)
+    report = check_bundle(fp8_bundle, sglang_fork=fork.parent, work_dir=rehearsal, keep=True, dev_stack=True)
     step = next(s for s in report.steps if s.name == "prepare_env.sh")
     assert step.status == FAIL and "FALLBACK" in step.detail
     assert _status(report)["prepare_model.sh"] == SKIP
@@ -202,8 +212,9 @@ def test_patches_apply_in_place_to_a_copy_of_the_real_fork(work, fp8_bundle):
 
     src = os.environ["SOARPACK_SGLANG_SRC"]
     before = check_tree(src).state
-    report = check_bundle(fp8_bundle, sglang_fork=src, rehearse=True)
-    assert report.ok, [(s.name, s.detail) for s in report.steps if s.status == FAIL]
+    report = check_bundle(fp8_bundle, sglang_fork=src, rehearse=True, dev_stack=True)
+    # fp8_bundle has no wheels, so only that step may fail
+    assert [s.name for s in report.steps if s.status == FAIL] == ["bundled wheels"]
     assert _status(report)["sglang patches"] == PASS
     assert check_tree(src).state == before  # the user's checkout is untouched
 
@@ -263,7 +274,7 @@ def test_oversize_bundle_fails_check_before_extraction(bundle, monkeypatch):
 @pytest.mark.skipif(__import__("shutil").which("uv") is None, reason="uv is not on PATH (the platform's installer; pip is used otherwise)")
 def test_rehearsal_with_uv_like_the_platform(work, bundle):
     rehearsal = work / "uv-rehearsal"
-    report = check_bundle(bundle, work_dir=rehearsal, keep=True)
+    report = check_bundle(bundle, work_dir=rehearsal, keep=True, dev_stack=True)
     assert report.ok, [(s.name, s.detail) for s in report.steps if s.status == FAIL]
     assert _status(report)["bundled wheels"] == PASS
     log = (rehearsal / "bundle" / "logs" / "prepare_env.log").read_text()

@@ -1,5 +1,6 @@
 """The default bundle on the platform image's own Python stack: CPython 3.10, torch 2.9.1, torchao 0.9.0,
-transformers 4.57.1 (the fork's pins), with the bundle's overlay installed over it exactly as prepare_env.sh does.
+transformers 4.57.1 (the fork's pins), through `soarpack check`, whose rehearsal sources prepare_env.sh with the
+stand-in as the image's python (the overlay installed over it exactly as on the platform) and runs prepare_model.sh.
 
 This is the test that the torchao bug (transformers 5 importing a bundled torchao 0.18 that needs a newer torch)
 would have failed. It builds the real default bundle with its real wheels (downloaded once into the cache) and
@@ -11,16 +12,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.check import source_prepare_env
+from soarpack.bundle.check import FAIL, check_bundle
 from soarpack.bundle.imagestack import IMAGE_PINS, clean_env, ensure_image_stack
-from soarpack.bundle.tarpack import safe_extract
 from soarpack.bundle.wheels import find_python310, load_lock
-from soarpack.sala.tiny import make_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.image_stack]
 
@@ -46,17 +44,16 @@ def image():
 
 
 @pytest.fixture(scope="module")
-def prepared(image, tmp_path_factory):
-    """The default bundle, extracted, with prepare_env.sh sourced over the image stand-in."""
-    work = tmp_path_factory.mktemp("image-stack")
-    bundle = build_bundle(work / "soarpack-safe.tar.gz", log=print).path
-    root = safe_extract(bundle, work / "bundle")
-    env = clean_env()
-    env.update(SOARPACK_IMAGE_PYTHON=str(image.python), SOARPACK_SKIP_SGLANG="1",
-               PATH=f"{image.python.parent}{os.pathsep}{env.get('PATH', '')}")
-    values = source_prepare_env(root, env, cwd=work)
-    assert values.get("ALIVE") == "1", values["_stderr"]
-    return work, root, env, values
+def default_bundle(image, tmp_path_factory):
+    """The default bundle (`soarpack build` with no options): its real wheels, from the cache or PyPI."""
+    return build_bundle(tmp_path_factory.mktemp("image-stack") / "soarpack-safe.tar.gz", log=print).path
+
+
+@pytest.fixture(scope="module")
+def checked(default_bundle, tmp_path_factory):
+    """`soarpack check` of the default bundle on the image stand-in (its default stack), kept for inspection."""
+    work = tmp_path_factory.mktemp("check") / "rehearsal"
+    return check_bundle(default_bundle, work_dir=work, keep=True), work
 
 
 def test_image_stand_in_runs_the_forks_pins(image):
@@ -71,30 +68,33 @@ def test_the_lock_ships_no_torch_and_no_torchao():
     assert not names & {"torch", "torchao"}
 
 
-def test_overlay_imports_the_quantization_stack_on_the_images_torch(prepared):
-    work, root, env, values = prepared
-    overlay = values["PY"]
-    assert "!!!" not in values["_stdout"], values["_stdout"][-2000:]
-    proc = subprocess.run([overlay, "-c", OVERLAY_PROBE], capture_output=True, text=True, env=env, cwd=work)
+def test_the_default_bundle_is_uploadable_on_the_image_stack(checked):
+    report, _ = checked
+    assert report.uploadable, report.not_uploadable_because + " | " + " | ".join(
+        f"{s.name}: {s.detail}" for s in report.steps if s.status == FAIL)
+    assert report.stack == "image stack"
+    status = {s.name: s.status for s in report.steps}
+    assert "wheels on CPython 3.10" not in status  # the wheels went into the 3.10 overlay itself
+
+
+def test_every_rehearsal_step_ran_on_the_images_python_and_torch(checked):
+    report, _ = checked
+    steps = {s.name: s for s in report.steps}
+    assert steps["image stand-in"].versions["transformers"] == "4.57.1"  # the image's own
+    for name in ("prepare_env.sh", "bundled wheels", "prepare_model.sh", "verify"):
+        v = steps[name].versions
+        assert v["python"].startswith("3.10.") and v["torch"].split("+")[0] == "2.9.1", (name, v)
+        assert v["transformers"] == "5.20.2", (name, v)  # the bundle's, shadowing the image's 4.57.1
+
+
+def test_overlay_imports_the_quantization_stack_from_the_bundle(checked):
+    _, work = checked
+    root = work / "bundle"
+    overlay = root / ".soarpack" / "venv" / "bin" / "python"
+    proc = subprocess.run([str(overlay), "-c", OVERLAY_PROBE], capture_output=True, text=True, env=clean_env(), cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["python"].startswith("3.10.")
-    assert got["torch"].split("+")[0] == "2.9.1"  # the image's, through the overlay's .pth
-    assert got["transformers"] == "5.20.2"  # the bundle's, shadowing the image's 4.57.1
     assert got["gptqmodel"].startswith("7.6.0")
     assert got["soarpack"].startswith(str(root / "src"))
-
-
-def test_prepare_model_quantizes_a_tiny_model_on_the_image_stack(prepared):
-    work, root, env, values = prepared
-    tiny = make_tiny_model(work / "tiny", num_layers=4)
-    out = work / "quantized"
-    penv = dict(env, SOARPACK_PYTHON=values["PY"], GPTQMODEL_CPU_WORKERS="2",
-                SOARPACK_QUANTIZE_EXTRA="--rows 16 --max-len 128 --device cpu")
-    proc = subprocess.run(["bash", str(root / "prepare_model.sh"), "--input", str(tiny), "--output", str(out)],
-                          capture_output=True, text=True, env=penv, cwd=work)
-    causes = [ln for ln in proc.stdout.splitlines() if "error:" in ln]
-    assert proc.returncode == 0, causes[-1:] or proc.stdout[-3000:]
-    assert json.loads((out / "config.json").read_text())["quantization_config"]["bits"] == 4
     log = (root / "logs" / "prepare_model.log").read_text()
     assert "phase quantize: ok" in log and "phase verify: ok" in log

@@ -1,9 +1,13 @@
 """`soarpack check`: rehearse what the platform does with a bundle before an upload is spent.
 
 Static steps: safe extraction, size, structure and manifest, credentials, wheel tags, `bash -n`, args lint.
-Rehearsal in a temp dir: source prepare_env.sh in a subshell over a stand-in for the image (a fresh venv that
-sees this environment's packages, as the image's venv holds torch), `bash prepare_model.sh` on a tiny SALA model,
-`soarpack verify` on the result. What needs the real image or a GPU is reported as skipped, with the reason.
+Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (CPython 3.10 with the fork's pins:
+torch 2.9.1, torchao 0.9.0, transformers 4.57.1; see imagestack.py) that sees nothing of this machine's
+site-packages: source prepare_env.sh with it as the image's python (the bundle's own wheels go into the overlay
+offline, with uv when it is on PATH), `bash prepare_model.sh` on a tiny SALA model, `soarpack verify` on the result.
+Each step that ran an interpreter records the Python, torch and transformers versions that interpreter reported.
+`dev_stack=True` rehearses over this environment instead (fast, for tests): its report says so and is never
+"uploadable". What needs the real image or a GPU is reported as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -45,25 +49,51 @@ class StepSkipped(Exception):
     pass
 
 
+IMAGE_STACK, DEV_STACK = "image stack", "development stack"
+# The steps that must have passed for a bundle to be called uploadable (the rest may skip with a reason).
+REHEARSED = ("prepare_env.sh", "bundled wheels", "prepare_model.sh", "verify")
+
+
 @dataclass
 class Step:
     name: str
     status: str
     detail: str = ""
     seconds: float = 0.0
+    versions: Optional[Dict[str, str]] = None  # what the interpreter that ran the step reported
 
 
 @dataclass
 class CheckReport:
     bundle: str
     steps: List[Step] = field(default_factory=list)
+    stack: str = IMAGE_STACK
 
     @property
     def ok(self) -> bool:
         return all(s.status != FAIL for s in self.steps)
 
+    @property
+    def not_uploadable_because(self) -> Optional[str]:
+        """None when the bundle did on the image's stack all that the platform does before the server starts."""
+        failed = [s.name for s in self.steps if s.status == FAIL]
+        if failed:
+            return f"failed: {', '.join(failed)}"
+        status = {s.name: s.status for s in self.steps}
+        not_run = [name for name in REHEARSED if status.get(name) != PASS]
+        if not_run:
+            return f"not rehearsed: {', '.join(not_run)}"
+        if self.stack != IMAGE_STACK:
+            return "rehearsed on the development stack, not the image's (CPython 3.10, torch 2.9.1)"
+        return None
+
+    @property
+    def uploadable(self) -> bool:
+        return self.not_uploadable_because is None
+
     def to_dict(self) -> Dict[str, Any]:
-        return {"bundle": self.bundle, "ok": self.ok, "steps": [asdict(s) for s in self.steps]}
+        return {"bundle": self.bundle, "ok": self.ok, "stack": self.stack, "uploadable": self.uploadable,
+                "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps]}
 
 
 class _Runner:
@@ -71,8 +101,8 @@ class _Runner:
         self.report, self.log = report, log
 
     @contextmanager
-    def step(self, name: str) -> Iterator[Dict[str, str]]:
-        info = {"detail": ""}
+    def step(self, name: str) -> Iterator[Dict[str, Any]]:
+        info: Dict[str, Any] = {"detail": "", "versions": None}
         t0 = time.monotonic()
         status = PASS
         try:
@@ -83,7 +113,7 @@ class _Runner:
             status, info["detail"] = FAIL, str(exc)
         except SoarpackError as exc:
             status, info["detail"] = FAIL, str(exc)
-        step = Step(name, status, info["detail"], round(time.monotonic() - t0, 2))
+        step = Step(name, status, info["detail"], round(time.monotonic() - t0, 2), info["versions"])
         self.report.steps.append(step)
         self.log(step)
 
@@ -185,7 +215,7 @@ def _lint(manifest: Dict[str, Any], root: Path) -> str:
 # -- rehearsal -------------------------------------------------------------------------------------------------
 
 
-def make_image_standin(dest: Path) -> Path:
+def make_dev_standin(dest: Path) -> Path:
     """A fresh venv that also sees this environment's site-packages, like the image's venv over its torch."""
     _run([sys.executable, "-m", "venv", "--without-pip", str(dest)]).check_returncode()
     py = dest / "bin" / "python"
@@ -240,6 +270,8 @@ def _overlay_has(py: str, wheel_names: List[str]) -> List[str]:
 
 
 IMPORT_PROBE = "import numpy, pcre, transformers, tokenizers, safetensors, typer, rich; print(numpy.__version__, transformers.__version__)"
+# What prepare_model.sh needs to import in the overlay: the torchao break showed at exactly these imports.
+OVERLAY_IMPORTS = "import gptqmodel, transformers.modeling_utils, soarpack.quant.run"
 
 
 def wheels_on_python310(wheel_dir: Path, venv: Path) -> str:
@@ -277,11 +309,16 @@ def check_bundle(
     work_dir: Optional[os.PathLike] = None,
     keep: bool = False,
     quantize_args: str = REHEARSAL_QUANTIZE,
+    dev_stack: bool = False,
     log: Callable[[Step], None] = lambda step: None,
+    note: Callable[[str], None] = lambda message: None,
 ) -> CheckReport:
-    """Run every check and the rehearsal; each step passes, fails or is skipped with its reason."""
+    """Run every check and the rehearsal; each step passes, fails or is skipped with its reason.
+
+    note: one-off messages while a step runs (building the image stand-in the first time).
+    """
     bundle = Path(bundle)
-    report = CheckReport(str(bundle))
+    report = CheckReport(str(bundle), stack=DEV_STACK if dev_stack else IMAGE_STACK)
     r = _Runner(report, log)
     tmp_obj = None
     if work_dir is None:
@@ -348,27 +385,61 @@ def check_bundle(
         if any(st.status == FAIL for st in report.steps):
             r.skip("rehearsal", "an earlier step failed")
             return report
-        _rehearse(r, root, work, manifest, wheel_names, sglang_fork, quantize_args)
+        _rehearse(r, root, work, manifest, wheel_names, sglang_fork, quantize_args, dev_stack, note)
         return report
     finally:
         if tmp_obj is not None and not keep:
             tmp_obj.cleanup()
 
 
-def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], wheel_names: List[str],
-              sglang_fork: Optional[os.PathLike], quantize_args: str) -> None:
+def _standin(r: _Runner, work: Path, dev_stack: bool, note: Callable[[str], None]) -> Optional[Path]:
+    """The image's python for the rehearsal: the cached image stack, or a venv over this environment."""
+    from soarpack.bundle.imagestack import ensure_image_stack, probe_versions
+
     image_py: Optional[Path] = None
     with r.step("image stand-in") as s:
-        image_py = make_image_standin(work / "image")
-        s["detail"] = f"venv at {work / 'image'} over this environment's packages (python {sys.version.split()[0]})"
-    if image_py is None or r.failed("image stand-in"):
-        return
-    env = dict(os.environ)
-    env.pop("SOARPACK_PYTHON", None)
-    env.pop("SOARPACK_PLATFORM_SGLANG_SERVER_ARGS", None)
+        if dev_stack:
+            image_py = make_dev_standin(work / "image")
+            s["detail"] = f"{DEV_STACK}: a venv at {work / 'image'} over this environment's packages"
+        else:
+            image_py = ensure_image_stack(log=note).python
+            s["detail"] = f"{IMAGE_STACK}: CPython 3.10 with the fork's pins, cached at {image_py.parent.parent}"
+        s["versions"] = probe_versions(image_py, env=_rehearsal_env(image_py, dev_stack))
+    return image_py
+
+
+def _rehearsal_env(image_py: Path, dev_stack: bool) -> Dict[str, str]:
+    from soarpack.bundle.imagestack import clean_env
+
+    # On the image stack nothing of this environment may leak in (PYTHONPATH above all).
+    env = dict(os.environ) if dev_stack else clean_env()
+    for key in ("SOARPACK_PYTHON", "SOARPACK_PLATFORM_SGLANG_SERVER_ARGS", "SOARPACK_SKIP_WHEELS", "SOARPACK_SKIP_SGLANG"):
+        env.pop(key, None)
     env.update({"SOARPACK_IMAGE_PYTHON": str(image_py), "SGLANG_SERVER_ARGS": PLATFORM_DEFAULT_ARGS,
                 "PATH": f"{image_py.parent}{os.pathsep}{env.get('PATH', '')}", "VIRTUAL_ENV": str(image_py.parent.parent)})
-    no_install = _installable_here(wheel_names) if wheel_names else None
+    return env
+
+
+def _overlay_imports(overlay_py: str, env: Dict[str, str]) -> None:
+    proc = _run([overlay_py, "-c", OVERLAY_IMPORTS], env=dict(env, TRANSFORMERS_VERBOSITY="error"))
+    if proc.returncode != 0:
+        raise StepFailed(f"the overlay cannot import the quantization stack: {_tail(proc.stderr, 1)}")
+
+
+def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], wheel_names: List[str],
+              sglang_fork: Optional[os.PathLike], quantize_args: str, dev_stack: bool,
+              note: Callable[[str], None]) -> None:
+    from soarpack.bundle.imagestack import probe_versions
+
+    image_py = _standin(r, work, dev_stack, note)
+    if image_py is None or r.failed("image stand-in"):
+        for name in ("prepare_env.sh", *REHEARSED[1:]):
+            r.skip(name, "no image stand-in")
+        return
+    env = _rehearsal_env(image_py, dev_stack)
+    # On the development stack (Python 3.11) the platform's cp310 wheels cannot install into the overlay: they are
+    # installed into a fresh CPython 3.10 venv instead, and quantization runs on this environment's packages.
+    no_install = _installable_here(wheel_names) if (dev_stack and wheel_names) else None
     if no_install:
         env["SOARPACK_SKIP_WHEELS"] = "1"
     sglang_mode = (manifest.get("sglang") or {}).get("mode")
@@ -383,6 +454,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
         env["SOARPACK_SKIP_SGLANG"] = "1"
 
     overlay_py = ""
+    overlay_versions: Optional[Dict[str, str]] = None
     with r.step("prepare_env.sh") as s:
         values = source_prepare_env(root, env, cwd=work)
         if values.get("ALIVE") != "1":
@@ -400,6 +472,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
         overlay_py = values.get("PY", "")
         if not overlay_py or not Path(overlay_py).exists():
             raise StepFailed(f"no overlay venv was made: {_tail(values['_stdout'])}")
+        overlay_versions = s["versions"] = probe_versions(overlay_py, env=env)
         if "!!!" in values["_stdout"]:
             raise StepFailed("it reported a failure: " + _tail("\n".join(ln for ln in values["_stdout"].splitlines() if "!!!" in ln and "!!!!!" not in ln)))
         s["detail"] = f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {prof.get('name')}"
@@ -408,20 +481,21 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
             r.skip(name, "prepare_env.sh failed")
         return
     with r.step("bundled wheels") as s:
+        s["versions"] = overlay_versions
         if not wheel_names:
-            raise StepSkipped("no wheels in the bundle")
-        if no_install:
-            raise StepSkipped(no_install)
-        missing = _overlay_has(overlay_py, wheel_names)
-        if missing:
-            raise StepFailed("not installed in the overlay: " + ", ".join(missing[:5]))
-        s["detail"] = f"{len(wheel_names)} wheels installed offline (--no-index) into the overlay venv"
-    with r.step("wheels on CPython 3.10") as s:
-        if not wheel_names:
-            raise StepSkipped("no wheels in the bundle")
+            raise StepFailed("no wheels in the bundle (built with --no-wheels): the image lacks gptqmodel and "
+                             "transformers 5, so prepare_model.sh fails on the platform")
         if not no_install:
-            raise StepSkipped("installed into the overlay above")
-        s["detail"] = wheels_on_python310(root / layout.WHEELS_DIR, work / "py310")
+            missing = _overlay_has(overlay_py, wheel_names)
+            if missing:
+                raise StepFailed("not installed in the overlay: " + ", ".join(missing[:5]))
+        _overlay_imports(overlay_py, env)
+        s["detail"] = (f"{len(wheel_names)} cp310 wheels not installable on this Python: see the next step"
+                       if no_install else f"{len(wheel_names)} wheels installed offline (--no-index) into the overlay venv")
+        s["detail"] += "; it imports gptqmodel, transformers.modeling_utils and soarpack.quant"
+    if no_install:
+        with r.step("wheels on CPython 3.10") as s:
+            s["detail"] = wheels_on_python310(root / layout.WHEELS_DIR, work / "py310")
     with r.step("sglang patches") as s:
         if sglang_mode in (None, "none"):
             raise StepSkipped("the profile needs no SGLang patches")
@@ -454,6 +528,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
     else:
         quantized = work / "quantized"
         with r.step("prepare_model.sh") as s:
+            s["versions"] = overlay_versions
             penv = dict(env, SOARPACK_PYTHON=overlay_py, SOARPACK_QUANTIZE_EXTRA=quantize_args)
             penv.setdefault("GPTQMODEL_CPU_WORKERS", "2")
             proc = _run(["bash", str(root / layout.PREPARE_MODEL), "--input", str(tiny), "--output", str(quantized)], env=penv, cwd=work)
@@ -464,6 +539,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
                 raise StepFailed(f"exit 0 but {quantized} holds no config.json")
             s["detail"] = f"quantized the tiny model with recipe {manifest['quantize']['recipe']} ({quantize_args})"
         with r.step("verify") as s:
+            s["versions"] = overlay_versions
             if r.failed("prepare_model.sh"):
                 raise StepSkipped("prepare_model.sh failed")
             proc = _run([overlay_py, "-m", "soarpack", "verify", str(quantized), "--original", str(tiny)], env=env, cwd=work)

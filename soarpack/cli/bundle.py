@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, subcommand
 
@@ -49,23 +50,39 @@ def check_cmd(
     rehearse: bool = typer.Option(True, "--rehearse/--no-rehearse", help="Source prepare_env.sh and quantize a tiny model."),
     sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", help="A checkout of the image's SGLang fork, to rehearse patching."),
     keep: Optional[Path] = typer.Option(None, "--keep", help="Rehearse in this folder and keep it (logs, overlay venv)."),
+    dev_stack: bool = typer.Option(False, "--dev-stack",
+                                   help="Rehearse on this environment's Python instead of the image's stack "
+                                        "(CPython 3.10, torch 2.9.1): faster, but no proof for the platform."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason."""
+    """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
+
+    Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack.
+    """
     from soarpack.bundle.check import check_bundle
+    from soarpack.bundle.imagestack import describe_versions
 
     def show(step) -> None:
         if not as_json:
             detail = f"  {step.detail}" if step.detail else ""
-            err_console.print(f"{_STATUS[step.status]} {step.name:<16} {step.seconds:6.1f} s{detail}", highlight=False, soft_wrap=True)
+            ran_on = f"  [dim]({describe_versions(step.versions)})[/]" if step.versions else ""
+            err_console.print(f"{_STATUS[step.status]} {escape(step.name):<16} {step.seconds:6.1f} s{escape(detail)}{ran_on}",
+                              highlight=False, soft_wrap=True)
 
-    report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_fork, work_dir=keep, keep=keep is not None, log=show)
+    def note(message: str) -> None:
+        if not as_json:
+            err_console.print(f"[dim]{escape(message)}[/]", highlight=False, soft_wrap=True)
+
+    report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_fork, work_dir=keep, keep=keep is not None,
+                          dev_stack=dev_stack, log=show, note=note)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         counts = {k: sum(s.status == k for s in report.steps) for k in ("pass", "fail", "skip")}
-        typer.echo(f"{'ok' if report.ok else 'FAILED'}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
-    if not report.ok:
+        tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
+        why = report.not_uploadable_because
+        typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({why}): {tally}")
+    if not report.uploadable:
         raise typer.Exit(1)
 
 
