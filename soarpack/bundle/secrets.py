@@ -140,17 +140,17 @@ def scan_file(path: str | Path, display: Optional[str] = None) -> None:
         return
     with open(path, "rb") as fh:
         magic = fh.read(4)
-        fh.seek(0)
-        what = find_secret_in_stream(fh)
-    if what:
-        raise _refuse(display, f"contains what looks like {what}")
-    if path.name.endswith(ARCHIVE_SUFFIXES) or magic == ZIP_MAGIC:
+    if path.name.endswith(ARCHIVE_SUFFIXES) or magic == ZIP_MAGIC:  # members first: their names say more
         try:
             with zipfile.ZipFile(path) as zf:
                 _scan_archive(zf, display, 1)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise CredentialError(f"cannot open the archive {display} to scan it ({exc})",
                                   "ship only archives that unzip cleanly") from None
+    with open(path, "rb") as fh:
+        what = find_secret_in_stream(fh)
+    if what:
+        raise _refuse(display, f"contains what looks like {what}")
 
 
 def check_input_names(paths: Iterable[str | Path]) -> None:
