@@ -18,17 +18,25 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 MAX_STREAM_TOKENS = 200_000
+# How long a scripted broken reply holds its connection open (cut short when the server stops).
+MAX_HOLD_S = 30.0
 
 
 @dataclass
 class ChatReply:
-    content: str = "ok"
+    """One chat answer. Broken-server modes: `content` of any JSON type; `raw` sent as the body instead of a
+    completion (malformed JSON, HTML, `{"choices": []}`); `missing_bytes` > 0 announces a Content-Length that
+    many bytes longer than the body sent, then holds the connection open."""
+
+    content: Any = "ok"
     delay_s: float = 0.0
     status: int = 200
     completion_tokens: Optional[int] = None
+    raw: Optional[bytes] = None
+    missing_bytes: int = 0
 
 
 @dataclass
@@ -40,6 +48,8 @@ class GenerateScript:
     token_delay_s: float = 0.0
     tokens_per_chunk: int = 1
     status: int = 200
+    stop_after: Optional[int] = None  # send at most this many tokens, then [DONE]: shorter than asked
+    stall_after: Optional[int] = None  # after this many tokens, hold the stream open and send nothing
 
 
 class FakeSGLang:
@@ -195,13 +205,28 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             self._send_json(reply.status, {"object": "error", "message": "scripted failure"})
             return
-        tokens = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content.split())
+        if reply.raw is not None or reply.missing_bytes:
+            self._send_raw(reply)
+            return
+        tokens = reply.completion_tokens if reply.completion_tokens is not None else len(str(reply.content).split())
         self._send_json(200, {
             "id": "fake", "object": "chat.completion", "model": fake.model_id,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(question.split()), "completion_tokens": tokens,
                       "total_tokens": len(question.split()) + tokens},
         })
+
+    def _send_raw(self, reply: ChatReply) -> None:
+        data = reply.raw if reply.raw is not None else json.dumps({"choices": [{"message": {"content": "x"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data) + reply.missing_bytes))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        if reply.missing_bytes:
+            self.fake.sleep(MAX_HOLD_S)
+            self.close_connection = True
 
     def _generate(self, body: dict) -> None:
         fake = self.fake
@@ -215,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
                 left = True
                 self._send_json(script.status, {"error": "scripted failure"})
                 return
-            total = min(int(body["sampling_params"]["max_new_tokens"]), MAX_STREAM_TOKENS)
+            total = min(int(body["sampling_params"]["max_new_tokens"]), MAX_STREAM_TOKENS, script.stop_after or MAX_STREAM_TOKENS)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -224,6 +249,10 @@ class _Handler(BaseHTTPRequestHandler):
             sent = 0
             step = max(1, script.tokens_per_chunk)
             while sent < total and not fake.stopping.is_set():
+                if script.stall_after is not None and sent >= script.stall_after:
+                    fake.sleep(MAX_HOLD_S)
+                    self.close_connection = True
+                    return
                 if sent:
                     fake.sleep(script.token_delay_s * step)
                 sent = min(total, sent + step)

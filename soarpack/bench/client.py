@@ -6,10 +6,11 @@ so a server sees locally what it will see on the platform.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import AsyncIterator, List, Optional, TypeVar
 
 import httpx
 
@@ -18,6 +19,29 @@ from soarpack.errors import SoarpackError
 
 class ServerError(SoarpackError):
     """The server cannot be reached or does not answer like an SGLang server."""
+
+
+class StallError(Exception):
+    """A reply started but then sent no byte for `stall_s` seconds."""
+
+    def __init__(self, stall_s: float):
+        super().__init__(f"stalled: no byte for {stall_s:g} s")
+
+
+T = TypeVar("T")
+
+
+async def within_stall(chunks: AsyncIterator[T], stall_s: Optional[float]) -> AsyncIterator[T]:
+    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit)."""
+    iterator = chunks.__aiter__()
+    while True:
+        try:
+            item = await asyncio.wait_for(iterator.__anext__(), stall_s)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise StallError(stall_s) from None
+        yield item
 
 
 def make_client(api_base: str, concurrency: Optional[int], timeout_s: float) -> httpx.AsyncClient:
@@ -51,8 +75,12 @@ class ChatResult:
     error: Optional[str]
 
 
-async def chat_completion(client: httpx.AsyncClient, model: str, question: str, max_tokens: int, stop: List[str]) -> ChatResult:
-    """One eval request; any failure (timeout, HTTP error, bad body) comes back as `error`, never raised."""
+async def chat_completion(client: httpx.AsyncClient, model: str, question: str, max_tokens: int, stop: List[str],
+                          stall_s: Optional[float] = None) -> ChatResult:
+    """One eval request; any failure (timeout, stall, HTTP error, bad body) comes back as `error`, never raised.
+
+    `stall_s` bounds the silence once the reply has started (a body shorter than its Content-Length); the wait
+    for the reply to start is the client's timeout, since a non-streamed answer starts only when it is complete."""
     payload = {
         "model": model,
         "messages": [{"role": "user", "content": question}],
@@ -62,19 +90,24 @@ async def chat_completion(client: httpx.AsyncClient, model: str, question: str, 
     }
     start = time.perf_counter()
     try:
-        response = await client.post("/v1/chat/completions", json=payload)
-        response.raise_for_status()
-        body = response.json()
+        async with client.stream("POST", "/v1/chat/completions", json=payload) as response:
+            raw = b"".join([chunk async for chunk in within_stall(response.aiter_bytes(), stall_s)])
+        if response.status_code != 200:
+            return ChatResult(None, None, None, time.perf_counter() - start,
+                              f"HTTP {response.status_code}: {raw[:200].decode('utf-8', 'replace')}")
+        body = json.loads(raw)
         content = body["choices"][0]["message"]["content"]
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f"content is {type(content).__name__}, not a string")
         usage = body.get("usage") or {}
         return ChatResult(content, usage.get("prompt_tokens"), usage.get("completion_tokens"), time.perf_counter() - start, None)
-    except httpx.HTTPStatusError as exc:
-        error = f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
+    except StallError as exc:
+        error = str(exc)
     except httpx.TimeoutException as exc:
         error = f"timeout ({exc.__class__.__name__})"
     except httpx.HTTPError as exc:
         error = f"{exc.__class__.__name__}: {exc}"
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         error = f"malformed reply ({exc.__class__.__name__}: {exc})"
     return ChatResult(None, None, None, time.perf_counter() - start, error)
 
@@ -93,8 +126,10 @@ class StreamResult:
     error: Optional[str] = None
 
 
-async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens: int) -> StreamResult:
-    """POST /generate streaming; TTFT at the first chunk with text, ITL spread over the tokens each chunk adds."""
+async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens: int,
+                          stall_s: Optional[float] = None) -> StreamResult:
+    """POST /generate streaming; TTFT at the first chunk with text, ITL spread over the tokens each chunk adds.
+    A stream silent for `stall_s` seconds (None: no limit) fails the request."""
     payload = {
         "text": prompt,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
@@ -113,7 +148,7 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
                 body = (await response.aread()).decode("utf-8", "replace")
                 result.error = f"HTTP {response.status_code}: {body[:200]}"
                 return result
-            async for line in response.aiter_lines():
+            async for line in within_stall(response.aiter_lines(), stall_s):
                 line = line.strip()
                 if not line:
                     continue
@@ -135,11 +170,13 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
                 last_time, last_tokens = now, tokens
         result.output_tokens = last_tokens
         result.success = True
+    except StallError as exc:
+        result.error = str(exc)
     except httpx.TimeoutException as exc:
         result.error = f"timeout ({exc.__class__.__name__})"
     except httpx.HTTPError as exc:
         result.error = f"{exc.__class__.__name__}: {exc}"
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         result.error = f"malformed stream ({exc.__class__.__name__}: {exc})"
     finally:
         result.end_s = time.perf_counter()

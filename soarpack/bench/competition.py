@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -16,25 +17,40 @@ TIER_WEIGHTS: Dict[str, float] = {"s1": 0.4, "s8": 0.3, "smax": 0.3}
 
 def _read_json(path: Path, kind: str, what: str) -> dict:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise InputDataError(f"{what} file {path} does not exist", "check the path") from None
+    except OSError as exc:
+        raise InputDataError(f"{what} file {path} cannot be read ({exc.strerror or exc})", "check the path") from None
+    except UnicodeDecodeError:
+        raise InputDataError(f"{path} is not JSON (not UTF-8 text)", f"pass the JSON that soarpack {what} wrote") from None
     except json.JSONDecodeError as exc:
         raise InputDataError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})", f"pass the JSON that soarpack {what} wrote") from None
-    if data.get("kind") != kind:
+    if not isinstance(data, dict) or data.get("kind") != kind:
         raise InputDataError(f"{path} is not a soarpack {what} result", f"pass the -o file of `soarpack {what}`")
     return data
 
 
 def durations_from_bench(path: Path) -> Dict[str, float]:
-    """Tier → duration (s) from a `soarpack bench` JSON; tiers with failed requests are refused."""
+    """Tier → duration (s) from a `soarpack bench` JSON; tiers with failed or short requests are refused."""
     data = _read_json(path, BENCH_KIND, "bench")
+    tiers = data.get("tiers")
+    if not isinstance(tiers, dict) or not all(isinstance(t, dict) for t in tiers.values()):
+        raise InputDataError(f"{path} holds no tiers", "pass the -o file of `soarpack bench`")
     durations = {}
-    for name, tier in data.get("tiers", {}).items():
+    for name, tier in tiers.items():
         if tier.get("failed"):
             raise InputDataError(f"{path}: tier {name} had {tier['failed']} failed request(s)",
                                  "its duration is not comparable; rerun the bench")
-        durations[name] = float(tier["duration_s"])
+        if tier.get("short_outputs"):
+            # With ignore_eos the platform always gets the asked length: a shorter stream did less work, faster.
+            raise InputDataError(f"{path}: tier {name} had {tier['short_outputs']} request(s) that streamed fewer tokens "
+                                 f"than asked (e.g. {', '.join(tier.get('short_examples', [])[:3])})",
+                                 "its duration is not comparable; does the server honour ignore_eos and max_new_tokens?")
+        try:
+            durations[name] = float(tier["duration_s"])
+        except (KeyError, TypeError, ValueError):
+            raise InputDataError(f"{path}: tier {name} has no duration_s", "pass the -o file of `soarpack bench`") from None
     return durations
 
 
@@ -42,7 +58,8 @@ def overall_from_eval(path: Path) -> float:
     """overall_accuracy of a complete `soarpack eval` JSON."""
     data = _read_json(path, EVAL_KIND, "eval")
     if not data.get("complete"):
-        raise InputDataError(f"{path} scored {data.get('scored')} of {data.get('total')} rows",
+        raise InputDataError(f"{path} is incomplete: {data.get('scored')} of {data.get('total')} rows scored, "
+                             f"{data.get('failed', 0)} of them failed requests",
                              "finish it: run the same soarpack eval again, it resumes")
     return float(data["overall_accuracy"])
 
@@ -54,9 +71,10 @@ def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optiona
         raise InputDataError(f"durations missing for tier(s) {', '.join(missing)}",
                              "bench all three tiers, and give the best durations for all three")
     for side, values in (("ours", ours), ("best", best)):
-        bad = [t for t in TIER_WEIGHTS if not values[t] > 0]
+        bad = [t for t in TIER_WEIGHTS if not (math.isfinite(values[t]) and values[t] > 0)]
         if bad:
-            raise InputDataError(f"{side} duration for {', '.join(bad)} is not positive", "durations are seconds > 0")
+            raise InputDataError(f"{side} duration for {', '.join(bad)} is not a positive finite number",
+                                 "durations are seconds > 0")
     tiers = {t: round(100.0 * best[t] / ours[t], 4) for t in TIER_WEIGHTS}
     speed = sum(TIER_WEIGHTS[t] * tiers[t] for t in TIER_WEIGHTS)
     c = 1.0 if overall is None else c_factor(overall)

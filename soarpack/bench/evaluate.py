@@ -2,7 +2,11 @@
 
 The output JSON is rewritten atomically as rows finish (at most every `save_every_s`), so an interrupted run
 loses at most those seconds; run it again with the same output and only rows not yet scored are sent. Rows that
-errored are sent again on resume (an error is the server's or the network's, not an answer).
+errored are sent again on resume (an error is the server's or the network's, not an answer). Rows already in the
+output stay in it, also those beyond `--num-samples`: a results file is merged, never truncated.
+
+A run in which any request failed is incomplete, as a failed row scores 0 on the platform (eval_model.py does not
+retry). `retries` re-sends a failed request; the report then gives the accuracy with and without those retries.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +23,14 @@ from typing import Callable, Dict, List, Optional
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
-from soarpack.errors import InputDataError
-from soarpack.fsutil import atomic_write_json
+from soarpack.errors import ConfigError, InputDataError
+from soarpack.fsutil import atomic_write_json, ensure_writable_output
 
 EVAL_KIND = "soarpack.eval"
 PLATFORM_MAX_TOKENS = 65536
+PLATFORM_TIMEOUT_S = 3000.0
+# Once a reply has started, its body comes at once (eval requests are not streamed): a minute of silence is a fault.
+DEFAULT_STALL_S = 60.0
 
 
 @dataclass
@@ -33,9 +41,22 @@ class EvalConfig:
     model_dir: Optional[Path] = None
     concurrency: int = 32
     num_samples: Optional[int] = None
-    timeout_s: float = 3000.0
+    timeout_s: float = PLATFORM_TIMEOUT_S
     max_tokens: int = PLATFORM_MAX_TOKENS
     save_every_s: float = 2.0
+    stall_s: float = DEFAULT_STALL_S
+    retries: int = 0
+
+
+def check_eval_config(cfg: EvalConfig) -> None:
+    """Refuse settings that would send nonsense, before anything is read or sent."""
+    for flag, value in (("--timeout", cfg.timeout_s), ("--stall-timeout", cfg.stall_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the platform waits {PLATFORM_TIMEOUT_S:g} s")
+    for flag, value, least in (("--max-tokens", cfg.max_tokens, 1), ("--concurrency", cfg.concurrency, 1),
+                               ("--retries", cfg.retries, 0), ("--num-samples", cfg.num_samples or 1, 1)):
+        if value < least:
+            raise ConfigError(f"{flag} {value} must be at least {least}", f"the platform sends --max-tokens {PLATFORM_MAX_TOKENS}")
 
 
 def question_digest(question: str) -> str:
@@ -43,7 +64,8 @@ def question_digest(question: str) -> str:
 
 
 def load_eval_rows(path: Path, num_samples: Optional[int] = None) -> List[dict]:
-    """Rows `{task, question, gold}`, the first `num_samples` when given (as eval_model.py --num_samples)."""
+    """Rows `{task, question, gold}`, the first `num_samples` when given (as eval_model.py --num_samples);
+    `question` and `task` must be strings (non-string answers are the server's fault, not the data's)."""
     numbered = read_jsonl_numbered(path, required=("task", "question", "gold"))
     for lineno, row in numbered:
         if not isinstance(row["question"], str) or not isinstance(row["task"], str):
@@ -52,20 +74,26 @@ def load_eval_rows(path: Path, num_samples: Optional[int] = None) -> List[dict]:
     return rows[:num_samples] if num_samples else rows
 
 
+def _read_previous(output: Path) -> dict:
+    try:
+        previous = json.loads(output.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InputDataError(f"{output} exists but is not JSON", "delete it or choose another -o") from None
+    except OSError as exc:
+        raise InputDataError(f"{output} cannot be read ({exc.strerror or exc})", "choose another -o") from None
+    if not isinstance(previous, dict) or previous.get("kind") != EVAL_KIND or not isinstance(previous.get("rows", []), list):
+        raise InputDataError(f"{output} exists and is not a soarpack eval result", "choose another -o")
+    return previous
+
+
 def load_previous(output: Optional[Path], rows: List[dict]) -> Dict[int, dict]:
     """Scored records from an earlier run into the same output; refuse one made from other data."""
     if output is None or not output.is_file():
         return {}
-    try:
-        previous = json.loads(output.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        raise InputDataError(f"{output} exists but is not JSON", "delete it or choose another -o") from None
-    if previous.get("kind") != EVAL_KIND:
-        raise InputDataError(f"{output} exists and is not a soarpack eval result", "choose another -o")
     kept = {}
-    for record in previous.get("rows", []):
-        index = record.get("index")
-        if not isinstance(index, int) or index >= len(rows):
+    for record in _read_previous(output).get("rows", []):
+        index = record.get("index") if isinstance(record, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(rows):
             continue
         if record.get("question_sha1") != question_digest(rows[index]["question"]):
             raise InputDataError(f"{output} was made from a different data file (row {index} differs)",
@@ -73,6 +101,12 @@ def load_previous(output: Optional[Path], rows: List[dict]) -> Dict[int, dict]:
         if record.get("error") is None:
             kept[index] = record
     return kept
+
+
+def _accuracies(scores: List[float]) -> dict:
+    ori = ori_accuracy(scores)
+    overall = overall_accuracy(ori)
+    return {"ori_accuracy": ori, "overall_accuracy": overall, "c_factor": c_factor(overall)}
 
 
 def summarize(records: List[dict], total: int) -> dict:
@@ -85,21 +119,24 @@ def summarize(records: List[dict], total: int) -> dict:
     for bucket in per_task.values():
         bucket["score_sum"] = round(bucket["score_sum"], 6)
         bucket["accuracy"] = round(100.0 * bucket["score_sum"] / bucket["count"], 2)
-    ori = ori_accuracy([record["score"] for record in records])
-    overall = overall_accuracy(ori)
+    errors = [{"index": r["index"], "task": r["task"], "error": r["error"]} for r in records if r["error"]]
+    first_try = [0.0 if r.get("first_error") else r["score"] for r in records]
     return {
         "total": total,
         "scored": len(records),
-        "complete": len(records) == total,
+        "failed": len(errors),
+        # A failed request scores 0 on the platform too, but it is the server's or network's fault: not a result.
+        "complete": len(records) == total and not errors,
         "per_task": dict(sorted(per_task.items())),
-        "ori_accuracy": ori,
-        "overall_accuracy": overall,
-        "c_factor": c_factor(overall),
-        "errors": [{"index": r["index"], "task": r["task"], "error": r["error"]} for r in records if r["error"]],
+        **_accuracies([record["score"] for record in records]),
+        "retried": sum(1 for r in records if r.get("first_error")),
+        "without_retries": _accuracies(first_try),
+        "errors": errors,
     }
 
 
-def score_record(index: int, row: dict, result: http.ChatResult) -> dict:
+def score_record(index: int, row: dict, result: http.ChatResult, first_error: Optional[str] = None,
+                 attempts: int = 1) -> dict:
     prediction = result.content if result.content is not None else ""
     score, extracted = score_prediction(row["task"], prediction, row["gold"])
     return {
@@ -114,26 +151,46 @@ def score_record(index: int, row: dict, result: http.ChatResult) -> dict:
         "output_tokens": result.completion_tokens,
         "latency_s": round(result.latency_s, 4),
         "error": result.error,
+        "attempts": attempts,
+        "first_error": first_error,
     }
+
+
+async def _ask(client, model: str, question: str, cfg: EvalConfig, stop: List[str]) -> tuple:
+    """(result, error of the first attempt, attempts): up to 1 + cfg.retries attempts while they fail."""
+    first_error = None
+    for attempt in range(1, cfg.retries + 2):
+        result = await http.chat_completion(client, model, question, cfg.max_tokens, stop, cfg.stall_s)
+        if attempt == 1:
+            first_error = result.error
+        if result.error is None:
+            break
+    return result, first_error, attempt
 
 
 async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None) -> dict:
     """Send every unscored row (at most `concurrency` in flight), score it, and return the report."""
-    rows = load_eval_rows(cfg.data, cfg.num_samples)
+    check_eval_config(cfg)
+    if cfg.output is not None:
+        ensure_writable_output(cfg.output, what="eval output")
+    rows = load_eval_rows(cfg.data)
+    selected = range(min(cfg.num_samples or len(rows), len(rows)))
     done = load_previous(cfg.output, rows)
     stop: List[str] = []
     if cfg.model_dir is not None:
         from soarpack.bench.tokenizer import stop_strings
 
         stop = stop_strings(cfg.model_dir)
-    pending = [i for i in range(len(rows)) if i not in done]
+    pending = [i for i in selected if i not in done]
     header = {"kind": EVAL_KIND, "version": 1, "api_base": cfg.api_base, "data": str(cfg.data),
-              "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens}
+              "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
+              "num_samples": cfg.num_samples, "retries": cfg.retries}
     last_save = [0.0]
 
     def report() -> dict:
-        records = [done[i] for i in sorted(done)]
-        return {**header, **summarize(records, len(rows)), "rows": records}
+        # The summary covers the selected rows; every scored row stays in the file.
+        records = [done[i] for i in selected if i in done]
+        return {**header, **summarize(records, len(selected)), "rows": [done[i] for i in sorted(done)]}
 
     def save(force: bool = False) -> None:
         if cfg.output is not None and (force or time.monotonic() - last_save[0] >= cfg.save_every_s):
@@ -150,10 +207,10 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
 
         async def one(index: int) -> None:
             async with gate:
-                result = await http.chat_completion(client, header["model"], rows[index]["question"], cfg.max_tokens, stop)
-            done[index] = score_record(index, rows[index], result)
+                result, first_error, attempts = await _ask(client, header["model"], rows[index]["question"], cfg, stop)
+            done[index] = score_record(index, rows[index], result, first_error, attempts)
             if on_result is not None:
-                on_result(done[index], len(done), len(rows))
+                on_result(done[index], sum(1 for i in selected if i in done), len(selected))
             save()
 
         try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 
 def eval_table(report: dict) -> Table:
@@ -21,19 +23,25 @@ def print_eval(console: Console, report: dict) -> None:
     console.print(eval_table(report))
     console.print(f"ori_accuracy [bold]{report['ori_accuracy']:.2f}[/]   overall_accuracy [bold]{report['overall_accuracy']:.2f}[/]"
                   f"   C [bold]{report['c_factor']:g}[/]" + ("" if report["complete"] else "   [yellow](incomplete)[/]"))
+    if report.get("retried"):
+        first = report["without_retries"]
+        console.print(f"{report['retried']} row(s) needed a retry; without retries (as the platform runs): "
+                      f"ori_accuracy {first['ori_accuracy']:.2f}   overall_accuracy {first['overall_accuracy']:.2f}   "
+                      f"C {first['c_factor']:g}", highlight=False)
     for err in report["errors"][:20]:
-        console.print(f"[red]row {err['index']} ({err['task']}) scored 0:[/] {err['error']}", highlight=False)
+        console.print(Text.assemble((f"row {err['index']} ({err['task']}) scored 0:", "red"), " ", err["error"]), highlight=False)
     if len(report["errors"]) > 20:
         console.print(f"[red]... and {len(report['errors']) - 20} more errors (see the JSON)[/]")
 
 
 def print_bench(console: Console, report: dict) -> None:
-    table = Table(title=f"bench against {report['api_base']}")
-    for col in ("tier", "conc", "req", "fail", "duration s", "TTFT ms p50/p99", "ITL ms p50/p99", "out tok/s"):
+    table = Table(title=f"bench against {escape(report['api_base'])}")
+    for col in ("tier", "conc", "req", "fail", "short", "duration s", "TTFT ms p50/p99", "ITL ms p50/p99", "out tok/s"):
         table.add_column(col, justify="right")
     for name, tier in report["tiers"].items():
         ttft, itl = tier["ttft_ms"], tier["itl_ms"]
         table.add_row(name, str(tier["concurrency"] or "∞"), str(tier["num_requests"]), str(tier["failed"]),
+                      str(tier.get("short_outputs", 0)),
                       f"{tier['duration_s']:.2f}", f"{ttft['median']:.0f}/{ttft['p99']:.0f}",
                       f"{itl['median']:.1f}/{itl['p99']:.1f}", f"{tier['output_throughput']:.0f}")
     console.print(table)

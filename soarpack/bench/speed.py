@@ -5,11 +5,17 @@ Per tier, as one bench_serving invocation does: rows shuffled with seed 1, lengt
 (rows with fewer than 2 prompt or output tokens dropped), one warm-up request (the first row, at most 32 new
 tokens), `/flush_cache`, a 1 s pause, then the timed run: every row dispatched at once behind a semaphore of the
 tier's concurrency (none for Smax). Duration runs from the first dispatch to the last completion.
+
+Requests carry ignore_eos and ask exact lengths, so a request that streams fewer tokens than asked is counted as
+short: the tier did less work than the platform's and `soarpack score` refuses its duration. While the run is in
+progress the report goes to `<output>.partial.json`; the output itself is replaced only by a complete report, so an
+interrupted bench never overwrites an earlier complete one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -19,13 +25,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.stats import summary_ms
-from soarpack.errors import InputDataError, SoarpackError
-from soarpack.fsutil import atomic_write_json
+from soarpack.errors import ConfigError, InputDataError, SoarpackError
+from soarpack.fsutil import atomic_write_json, ensure_writable_output
 
 BENCH_KIND = "soarpack.bench"
 TIER_CONCURRENCY: Dict[str, Optional[int]] = {"s1": 1, "s8": 8, "smax": None}
 WARMUP_MAX_NEW_TOKENS = 32
 BENCH_SERVING_TIMEOUT_S = 6 * 60 * 60  # bench_serving's aiohttp total timeout
+# A stream silent this long is dead; well under the 6 h bound, well over a long prefill queued behind Smax.
+DEFAULT_STALL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ class BenchConfig:
     flush_cache: bool = True
     settle_s: float = 1.0
     timeout_s: float = BENCH_SERVING_TIMEOUT_S
+    stall_s: float = DEFAULT_STALL_S
     concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
 
 
@@ -89,11 +98,14 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
     output_tokens = sum(res.output_tokens for res, _ in ok)
     input_tokens = sum(req.prompt_len for _, req in ok)
     errors = [res.error for res in results if not res.success]
+    short = [(res.output_tokens, req.output_len) for res, req in ok if res.output_tokens < req.output_len]
     return {
         "num_requests": len(requests),
         "completed": len(ok),
         "failed": len(errors),
         "errors": errors[:10],
+        "short_outputs": len(short),
+        "short_examples": [f"{got} of {asked} tokens" for got, asked in short[:10]],
         "duration_s": round(duration_s, 6),
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
@@ -108,14 +120,14 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
 
 
 async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[int], *, warmup: bool = True,
-                   flush_cache: bool = True, settle_s: float = 1.0,
+                   flush_cache: bool = True, settle_s: float = 1.0, stall_s: Optional[float] = None,
                    on_done: Optional[Callable[[int, int], None]] = None) -> dict:
     """Warm up, flush, then the timed run; returns the tier's metrics."""
     if not requests:
         raise InputDataError("no request is left after dropping rows under 2 tokens", "check the speed data file")
     if warmup:
         first = requests[0]
-        test = await http.stream_generate(client, first.prompt, min(first.output_len, WARMUP_MAX_NEW_TOKENS))
+        test = await http.stream_generate(client, first.prompt, min(first.output_len, WARMUP_MAX_NEW_TOKENS), stall_s)
         if not test.success:
             raise SoarpackError(f"the warm-up request failed ({test.error})", "check the server log and --api-base")
     if flush_cache:
@@ -127,10 +139,10 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
 
     async def one(req: SpeedRequest) -> http.StreamResult:
         if gate is None:
-            result = await http.stream_generate(client, req.prompt, req.output_len)
+            result = await http.stream_generate(client, req.prompt, req.output_len, stall_s)
         else:
             async with gate:
-                result = await http.stream_generate(client, req.prompt, req.output_len)
+                result = await http.stream_generate(client, req.prompt, req.output_len, stall_s)
         finished[0] += 1
         if on_done is not None:
             on_done(finished[0], len(requests))
@@ -156,11 +168,25 @@ def _token_counter(cfg: BenchConfig, served_model: str) -> Callable[[str], int]:
     return lambda text: count_tokens(tokenizer, text)
 
 
-async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+def partial_path(output: Path) -> Path:
+    """Where an unfinished bench keeps its tiers, beside the output it must not replace."""
+    return output.with_name(f"{output.stem}.partial{output.suffix or '.json'}")
+
+
+def check_bench_config(cfg: BenchConfig) -> None:
+    for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
     unknown = sorted(set(cfg.tiers) - set(TIER_CONCURRENCY))
     if unknown or not cfg.tiers:
         raise SoarpackError("no speed data for any tier" if not unknown else f"unknown tier(s) {unknown}",
                             "pass at least one of --s1, --s8, --smax with a JSONL file")
+    if cfg.output is not None:
+        ensure_writable_output(cfg.output, what="bench output")
+
+
+async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+    check_bench_config(cfg)
     pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
     report = {"kind": BENCH_KIND, "version": 1, "api_base": cfg.api_base, "seed": cfg.seed, "tiers": {}}
     # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
@@ -175,10 +201,13 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
             concurrency = cfg.concurrency_override.get(name, TIER_CONCURRENCY[name])
             progress = (lambda done, total, _name=name: on_event(_name, done, total)) if on_event else None
             tier = await run_tier(client, prepared[name], concurrency, warmup=cfg.warmup, flush_cache=cfg.flush_cache,
-                                  settle_s=cfg.settle_s, on_done=progress)
+                                  settle_s=cfg.settle_s, stall_s=cfg.stall_s, on_done=progress)
             report["tiers"][name] = {"data": str(cfg.tiers[name]), **tier}
             if cfg.output is not None:
-                atomic_write_json(cfg.output, report)
+                atomic_write_json(partial_path(cfg.output), report)
+    if cfg.output is not None:
+        atomic_write_json(cfg.output, report)
+        partial_path(cfg.output).unlink(missing_ok=True)
     return report
 
 

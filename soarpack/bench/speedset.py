@@ -190,11 +190,13 @@ def make_speedset(tokenizer, n: int, mix: Optional[Dict[str, Tuple[Bucket, ...]]
     """n rows `{question, model_response}` with lengths drawn from `mix`; deterministic for a seed and tokenizer."""
     if n < 1:
         raise ConfigError("-n must be at least 1", "ask for one row or more")
+    if text is not None and not text.strip():
+        raise InputDataError("the text to cut rows from is empty", "give prose, or None for the built-in prose")
     mix = mix or DEFAULT_MIX
     rng = random.Random(seed)
     inputs = target_lengths(n, mix["input"], rng)
     outputs = target_lengths(n, mix["output"], rng)
-    pool = TokenPool(tokenizer, text or BUILTIN_TEXT, max(inputs + outputs), rng)
+    pool = TokenPool(tokenizer, BUILTIN_TEXT if text is None else text, max(inputs + outputs), rng)
     rows, got_in, got_out, worst = [], [], [], 0
     for want_in, want_out in zip(inputs, outputs):
         question, n_in = pool.text_of(want_in)
@@ -220,7 +222,10 @@ def speedset_text(path: Optional[Path]) -> Optional[str]:
     if path is None:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (FileNotFoundError, UnicodeDecodeError) as exc:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"cannot read text file {path} ({exc.__class__.__name__})", "pass a UTF-8 text file") from None
+    if not text.strip():
+        raise InputDataError(f"text file {path} is empty", "pass a file with prose, or leave --text out for the built-in prose")
+    return text
 

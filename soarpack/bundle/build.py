@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import soarpack
 from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
-from soarpack.bundle.secrets import scan_tree
+from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import pack_tree
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.fsutil import atomic_write_json, atomic_write_text
@@ -186,6 +186,7 @@ def build_bundle(
     for c in calib:
         if not c.is_file():
             raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
+    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and Path(str(recipe)).is_file() else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
     fallback = load_profile(prof.fallback) if prof.fallback else None

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from soarpack import __version__
 from soarpack.errors import SoarpackError
@@ -37,9 +38,10 @@ def _root(
 
 def fail(exc: SoarpackError) -> "typer.Exit":
     """Print a SoarpackError as one cause line plus a hint; return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+    # Messages quote user text (paths, keys, `[table]` names): Text keeps their brackets out of rich's markup.
+    err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+        err_console.print(Text.assemble(("hint:", "yellow"), " ", exc.hint), highlight=False)
     return typer.Exit(exc.exit_code)
 
 

@@ -51,41 +51,93 @@ class CalibRow:
 # -- reading ------------------------------------------------------------------------------------------------
 
 
+# A text file holding more than this share of control characters (NULs of UTF-16, binary data) is refused.
+MAX_CONTROL_SHARE = 0.01
+_TEXT_CONTROLS = frozenset("\t\n\r\f\v")
+
+
+def _check_string(value: Any, where: str, field: str) -> str:
+    """A non-empty str that tokenizers can encode (no lone surrogate from a JSON `\\ud800` escape)."""
+    if not isinstance(value, str) or not value:
+        raise InputDataError(f"{where}: `{field}` must be a non-empty string, got {type(value).__name__}",
+                             "fix or delete that row")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputDataError(f"{where}: `{field}` holds a lone surrogate ({value[exc.start]!a} at character {exc.start})",
+                             "an escaped \\ud800-\\udfff needs its pair; fix or delete that row") from None
+    return value
+
+
 def _example_from_obj(obj: Any, where: str) -> Example:
     if not isinstance(obj, dict):
         raise InputDataError(f"{where}: expected a JSON object", 'each line is {"question": ...}, {"text": ...} or {"messages": [...]}')
     task = str(obj.get("task") or "text")
     if "question" in obj:
-        q = obj["question"]
-        if not isinstance(q, str) or not q:
-            raise InputDataError(f"{where}: `question` must be a non-empty string")
+        q = _check_string(obj["question"], where, "question")
         gold = obj.get("gold")
+        answer = _check_string(gold, where, "gold") if isinstance(gold, str) and gold else None
         return Example(task=str(obj.get("task") or "soar"), messages=[{"role": "user", "content": q}],
-                       answer=gold if isinstance(gold, str) and gold else None, source=where)
+                       answer=answer, source=where)
     if "text" in obj:
-        if not isinstance(obj["text"], str) or not obj["text"]:
-            raise InputDataError(f"{where}: `text` must be a non-empty string")
-        return Example(task=task, text=obj["text"], source=where)
+        return Example(task=task, text=_check_string(obj["text"], where, "text"), source=where)
     if "messages" in obj:
         msgs = obj["messages"]
         if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
             raise InputDataError(f"{where}: `messages` must be a list of {{role, content}} objects")
-        return Example(task=str(obj.get("task") or "chat"), messages=msgs, source=where)
+        for i, m in enumerate(msgs):
+            _check_string(m["role"], where, f"messages[{i}].role")
+            _check_string(m["content"], where, f"messages[{i}].content")
+        example = Example(task=str(obj.get("task") or "chat"), messages=msgs, source=where)
+        check_renders(example)
+        return example
     raise InputDataError(f"{where}: no `question`, `text` or `messages` field", "see `soarpack calib --help` for the formats")
 
 
+def check_renders(example: Example) -> None:
+    """Render a chat row through a template shaped like SALA's (as transformers renders it), so a row that would
+    crash `apply_chat_template` at quantize time on the platform stops here, at build, with its file and line."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from soarpack.sala.tiny import CHAT_TEMPLATE
+
+    template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
+    try:
+        template.render(messages=example.messages, add_generation_prompt=True)
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise InputDataError(f"{example.source}: the chat template cannot render this row ({exc.__class__.__name__}: {exc})",
+                             "fix or delete that row") from None
+
+
+def _decode(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputDataError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                             "re-save the file as UTF-8") from None
+
+
+def _check_looks_like_text(text: str, where: str) -> None:
+    controls = sum(1 for ch in text if (ch < " " and ch not in _TEXT_CONTROLS) or ch in "\x7f\ufffd")
+    if controls > MAX_CONTROL_SHARE * len(text):
+        raise InputDataError(f"{where}: {controls} of {len(text)} characters are control or replacement characters; "
+                             "this is not text", "pass a UTF-8 text or JSONL file")
+
+
 def read_examples(path: str | Path) -> List[Example]:
-    """Examples of one file; a broken JSONL line stops with the file and line number."""
+    """Examples of one file; a broken line (bad UTF-8, bad JSON, wrong types) stops with the file and line number."""
     path = Path(path)
     if not path.is_file():
         raise InputDataError(f"calibration file {path} does not exist", "check the path")
     if path.suffix in (".jsonl", ".json"):
         out = []
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+        with path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                where = f"{path.name}:{lineno}"
+                line = _decode(raw, where)
                 if not line.strip():
                     continue
-                where = f"{path.name}:{lineno}"
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
@@ -94,10 +146,11 @@ def read_examples(path: str | Path) -> List[Example]:
         if not out:
             raise InputDataError(f"calibration file {path.name} holds no rows")
         return out
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _decode(path.read_bytes(), path.name)
     if not text.strip():
         raise InputDataError(f"calibration file {path.name} is empty")
-    return [Example(task="text", text=text, source=path.name)]
+    _check_looks_like_text(text, path.name)
+    return [Example(task="text", text=_check_string(text, path.name, "text"), source=path.name)]
 
 
 # -- tokenization -------------------------------------------------------------------------------------------

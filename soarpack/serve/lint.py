@@ -39,11 +39,13 @@ RULES: Dict[str, str] = {
     "cuda-graph-bs": "CUDA graphs captured for fewer than 32 running requests: larger batches run eager",
     "platform-override": "the platform sets this flag itself (--max-running-requests 32, --tp-size 1, --port, --model-path)",
     "unknown-patch": "a patch name the patch set does not have",
+    "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
 }
 ERROR_RULES = {
     "underscore-flag", "not-a-flag", "unknown-flag", "missing-value", "bad-choice", "duplicate-flag", "gptq-needs-fp16",
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
+    "mem-fraction-range",
 }
 PLATFORM_FLAGS = ("--max-running-requests", "--tp-size", "--port", "--model-path")
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
@@ -148,6 +150,13 @@ def _parse(tokens: Sequence[str], flags: Dict[str, FlagSpec], out: List[Finding]
     return seen
 
 
+def _in_open_unit_interval(value: str) -> bool:
+    try:
+        return 0.0 < float(value) < 1.0
+    except ValueError:
+        return False
+
+
 def lint_args(
     args: Union[str, Sequence[str]],
     *,
@@ -230,6 +239,9 @@ def lint_args(
                 findings.append(_finding("marlin-desc-act", f"recipe {grid.name} has desc_act = true: Marlin then reorders activations; "
                                                             "desc_act = false is faster"))
 
+    mem = got.get("--mem-fraction-static")
+    if mem is not None and not _in_open_unit_interval(mem):
+        findings.append(_finding("mem-fraction-range", f"--mem-fraction-static {mem}: expected a number in (0, 1), e.g. 0.85"))
     bs = got.get("--cuda-graph-max-bs")
     if bs is not None and bs.isdigit() and int(bs) < PLATFORM_MAX_RUNNING:
         findings.append(_finding("cuda-graph-bs", f"--cuda-graph-max-bs {bs} < {PLATFORM_MAX_RUNNING}: decode batches above it run without CUDA graphs"))
