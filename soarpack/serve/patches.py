@@ -160,8 +160,12 @@ def resolve_src(src: os.PathLike) -> Path:
 
 
 def _read_text(path: Path) -> str:
-    with open(path, encoding="utf-8", newline="") as fh:
-        return fh.read()
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except UnicodeDecodeError as exc:
+        raise PatchError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+                         "this is not the fork's file as released; restore it from the fork's checkout") from None
 
 
 def _run(root: Path, patches: Sequence[Patch]) -> tuple:
@@ -296,12 +300,14 @@ def apply_patches(
         for rel, text in changed.items():
             _compile_check(text, rel)
     if out.exists() and out.resolve() in (root.resolve(), Path(src).resolve()):  # in place
-        for rel, text in changed.items():
-            mode = (root / rel).stat().st_mode
-            fsutil.atomic_write_bytes(root / rel, text.encode("utf-8"))
-            os.chmod(root / rel, mode)
+        try:
+            fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()})
+        except OSError as exc:
+            raise PatchError(f"cannot replace {exc.filename or root}: {exc.strerror or exc}; nothing was changed",
+                             "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
-    with fsutil.atomic_dir(out, force=force) as tmp:
+    # Any other output must lie outside the source: inside it, it would copy itself; around it, replace it.
+    with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
         shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         for rel, text in changed.items():
             target = tmp / rel
