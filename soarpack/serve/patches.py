@@ -285,6 +285,10 @@ def apply_patches(
     Every patched file must compile (verify_compile=False is for fixture trees made of code fragments).
     """
     root = resolve_src(src)
+    out = Path(out)
+    in_place = out.exists() and out.resolve() in (root.resolve(), Path(src).resolve())
+    if not in_place:  # any other output lies outside the source: inside it would copy itself, around it replace it
+        fsutil.prepare_output_dir(out, force, inputs=[root])
     directory = patch_dir()
     patches = select_patches(names, directory)
     statuses, texts = _run(root, patches)
@@ -295,18 +299,16 @@ def apply_patches(
     changed = {rel: text for rel, text in texts.items() if text is not None and text != _read_text(root / rel)}
     report.written = sorted(changed)
 
-    out = Path(out)
     if verify_compile:
         for rel, text in changed.items():
             _compile_check(text, rel)
-    if out.exists() and out.resolve() in (root.resolve(), Path(src).resolve()):  # in place
+    if in_place:
         try:
             fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()})
         except OSError as exc:
             raise PatchError(f"cannot replace {exc.filename or root}: {exc.strerror or exc}; nothing was changed",
                              "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
-    # Any other output must lie outside the source: inside it, it would copy itself; around it, replace it.
     with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
         shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         for rel, text in changed.items():
