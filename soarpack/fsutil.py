@@ -189,9 +189,12 @@ def ensure_writable_output(target: str | os.PathLike, *, what: str = "output",
 
 
 def _probe_writable_folder(folder: Path, target: Path, what: str) -> None:
+    """Create and remove a temp folder in `folder`, or in its nearest existing ancestor (nothing is left behind)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=folder))
+        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=existing))
     except OSError as exc:
         raise SoarpackError(f"{what} {target} cannot be written: {exc.strerror or exc}",
                             "choose a writable location") from None
@@ -322,6 +325,7 @@ def atomic_dir(target: str | os.PathLike, force: bool = False, *, inputs: Iterab
     an owner marker (INCOMPLETE_MARKER) until the rename, so a killed run's folder is known for what it is.
     """
     target = prepare_output_dir(target, force, inputs=inputs, log=log)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     marker = tmp / INCOMPLETE_MARKER
     try:
