@@ -113,6 +113,9 @@ def quantize_command(manifest: dict, inp: Path, out: Path, force: bool) -> list[
     cmd = [sys.executable, "-m", "soarpack", "quantize", str(inp), str(out),
            "--recipe", str(recipe_path) if recipe_path.is_file() else recipe]
     for calib in quant.get("calib") or []:
+        # The same rule as soarpack.bundle.manifest.bundle_path_problem (this script imports nothing of soarpack).
+        if not isinstance(calib, str) or os.path.isabs(calib) or ".." in Path(calib).parts:
+            raise Failure(f"calibration entry {calib!r} in the manifest is not a path inside the bundle")
         if not (BUNDLE / calib).is_file():
             raise Failure(f"calibration file {calib} listed in the manifest is missing from the bundle")
         cmd += ["--calib", str(BUNDLE / calib)]

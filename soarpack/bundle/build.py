@@ -15,6 +15,7 @@ Nothing in it depends on the clock or the user: the same inputs give a byte-iden
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import tempfile
@@ -26,9 +27,9 @@ import soarpack
 from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
 from soarpack.bundle.secrets import check_input_names, scan_tree
-from soarpack.bundle.tarpack import pack_tree
+from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
-from soarpack.fsutil import atomic_write_json, atomic_write_text
+from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
 
 PLATFORM = "platform"
 DEFAULT_CALIB_ROWS = 256
@@ -124,6 +125,42 @@ def _sglang(stage: Path, sglang_src: Union[str, Path], patches: Sequence[str]) -
     return {"mode": "tree", "patches": list(patches), "fork_commit": report.commit, "applied_on": Path(sglang_src).name}
 
 
+def links_out_of_tree(root: Path) -> List[str]:
+    """'name -> target' for every symlink under root that is absolute or resolves outside root."""
+    real_root = os.path.realpath(root)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                continue
+            target = os.readlink(path)
+            resolved = os.path.realpath(path)
+            if os.path.isabs(target) or os.path.commonpath([real_root, resolved]) != real_root:
+                out.append(f"{os.path.relpath(path, root)} -> {target}")
+    return sorted(out)
+
+
+def _check_sglang_src(sglang_src: Union[str, Path]) -> None:
+    from soarpack.serve.patches import resolve_src
+
+    if not Path(sglang_src).is_dir():
+        raise ConfigError(f"--sglang-src {sglang_src} is not a directory", "pass the fork's checkout or 'platform'")
+    tree = resolve_src(Path(sglang_src))
+    bad = links_out_of_tree(tree)
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise ConfigError(f"--sglang-src {tree} holds a symlink out of the tree: {bad[0]}{more}",
+                          "a bundle ships only the fork's own files; remove the link or ship the patch set ('platform')")
+
+
+def _input_paths(profile: Optional[str], recipe, sglang_src, calib: Sequence[Path], wheel_dir) -> List[Path]:
+    """Every file or folder the build reads that a user named: the output may be none of them, nor inside one."""
+    files = [Path(str(p)) for p in (profile, recipe) if p is not None and Path(str(p)).is_file()]  # else a name
+    folders = [Path(str(p)) for p in (None if str(sglang_src) == PLATFORM else sglang_src, wheel_dir) if p is not None]
+    return files + folders + list(calib)
+
+
 def _bundle_env(profile, fallback_args: str, sglang_mode: str, patches: Sequence[str]) -> str:
     values = {
         "SOARPACK_BUNDLE_VERSION": soarpack.__version__,
@@ -180,8 +217,8 @@ def build_bundle(
     recipe_ref = recipe if recipe is not None else prof.recipe
     if recipe_ref is None:
         raise ConfigError(f"profile {prof.name} names no recipe", "pass --recipe FILE or pick a profile with a recipe")
-    if str(sglang_src) != PLATFORM and not Path(sglang_src).is_dir():
-        raise ConfigError(f"--sglang-src {sglang_src} is not a directory", "pass the fork's checkout or 'platform'")
+    if str(sglang_src) != PLATFORM:
+        _check_sglang_src(sglang_src)
     calib = [Path(c) for c in calib]
     for c in calib:
         if not c.is_file():
@@ -189,6 +226,9 @@ def build_bundle(
     check_input_names(calib + ([Path(str(recipe))] if recipe is not None and Path(str(recipe)).is_file() else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
+    out_path = Path(out) if out is not None else default_output(prof.name)
+    ensure_writable_output(out_path, what="-o", inputs=_input_paths(profile, recipe, sglang_src, calib, wheel_dir),
+                           make_parent=True)
     fallback = load_profile(prof.fallback) if prof.fallback else None
     warnings: List[str] = []
 
@@ -229,18 +269,15 @@ def build_bundle(
         }
         manifest = render_manifest(stage, meta)
         atomic_write_json(stage / MANIFEST_NAME, manifest)
-        out_path = Path(out) if out is not None else default_output(prof.name)
-        packed = Path(tmp) / "bundle.tar.gz"
-        pack_tree(stage, packed)
-        size = packed.stat().st_size
-        if size > max_bytes:
-            raise BundleTooLargeError(f"the bundle is {size / 1e9:.2f} GB, over the platform's {max_bytes / 1e9:.2f} GB limit",
-                                      "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
+        # Packed beside the target and renamed over it only once it is complete and within the limit.
+        with atomic_file(out_path) as packed:
+            write_tarball(stage, packed)
+            size = packed.stat().st_size
+            if size > max_bytes:
+                raise BundleTooLargeError(f"the bundle is {size / 1e9:.2f} GB, over the platform's {max_bytes / 1e9:.2f} GB limit",
+                                          "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
         if size > warn_bytes:
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(packed), str(out_path.with_name(out_path.name + ".part")))
-        out_path.with_name(out_path.name + ".part").replace(out_path)
     for w in warnings:
         log(f"warning: {w}")
     return BuildResult(out_path, size, manifest, warnings)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import read_manifest, verify_files
+from soarpack.bundle.manifest import bundle_path_problem, read_manifest, verify_files
 from soarpack.bundle.secrets import scan_tree
 from soarpack.bundle.tarpack import safe_extract
 from soarpack.errors import SoarpackError
@@ -154,6 +154,9 @@ def _structure(root: Path) -> Dict[str, Any]:
     if not quant.get("recipe"):
         raise StepFailed("MANIFEST.json names no recipe")
     for calib in quant.get("calib") or []:
+        problem = bundle_path_problem(calib)
+        if problem:
+            raise StepFailed(f"calibration entry {calib!r} {problem}")
         if not (root / calib).is_file():
             raise StepFailed(f"calibration file {calib} is missing")
     wheels = (manifest.get("wheels") or {}).get("files") or []
@@ -318,6 +321,10 @@ def check_bundle(
     note: one-off messages while a step runs (building the image stand-in the first time).
     """
     bundle = Path(bundle)
+    if sglang_fork is not None:
+        from soarpack.serve.patches import resolve_src
+
+        resolve_src(sglang_fork)  # not a fork checkout: say so now, not as a crash in the rehearsal
     report = CheckReport(str(bundle), stack=DEV_STACK if dev_stack else IMAGE_STACK)
     r = _Runner(report, log)
     tmp_obj = None
@@ -326,6 +333,8 @@ def check_bundle(
         work = Path(tmp_obj.name)
     else:
         work = Path(work_dir)
+        if work.exists() and not work.is_dir():
+            raise SoarpackError(f"--keep {work} is a file", "pass a new or empty folder to --keep")
         if work.exists() and any(work.iterdir()):
             raise SoarpackError(f"rehearsal folder {work} is not empty", "pass a new or empty folder to --keep")
         work.mkdir(parents=True, exist_ok=True)
@@ -446,9 +455,9 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
     fork_copy = work / "sglang-fork"
     if sglang_fork is not None and sglang_mode == "platform":
         # prepare_env.sh patches the image's checkout in place: give it a copy, never the user's checkout.
-        src = Path(sglang_fork)
-        src = src if (src / "sglang").is_dir() else src / "python"
-        shutil.copytree(src, fork_copy / "python", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        from soarpack.serve.patches import resolve_src
+
+        shutil.copytree(resolve_src(sglang_fork), fork_copy / "python", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         env["SOARPACK_SGLANG_FORK"] = str(fork_copy)
     else:
         env["SOARPACK_SKIP_SGLANG"] = "1"

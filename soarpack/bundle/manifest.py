@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from soarpack.bundle.tarpack import iter_tree
@@ -23,6 +23,18 @@ def file_table(root: Path) -> dict[str, dict[str, Any]]:
             continue
         table[rel] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     return table
+
+
+def bundle_path_problem(name: Any) -> str | None:
+    """Why a path the manifest names cannot be a file of the bundle (absolute, or leaving it); None when fine.
+    preprocess_model.py applies the same rule with the standard library only."""
+    if not isinstance(name, str) or not name:
+        return "is not a relative path"
+    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or name.startswith("\\"):
+        return "is an absolute path: a bundle names only its own files"
+    if ".." in PurePosixPath(name).parts:
+        return "leaves the bundle ('..'): a bundle names only its own files"
+    return None
 
 
 def render_manifest(root: Path, meta: dict[str, Any]) -> dict[str, Any]:

@@ -211,21 +211,25 @@ def quantize(
     quiet: bool = False,
 ) -> QuantizeResult:
     """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
-    from soarpack.fsutil import atomic_dir, atomic_write_json, check_output_dir
+    from rich.markup import escape
+
+    from soarpack.fsutil import atomic_dir, atomic_write_json, ensure_writable_output, prepare_output_dir
     from soarpack.quant.finalize import AUTO_MAP_MODES
     from soarpack.quant.recipe import load_recipe
     from soarpack.sala.config import load_config
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    inputs = [model_dir, *(calib or [])]
+    if log_file:
+        ensure_writable_output(log_file, what="--log", inputs=inputs)
     log = RunLog(log_file, quiet=quiet)
+    log_line = lambda msg: log.line(escape(msg))  # noqa: E731 - paths may hold [brackets]
     try:
         with log.phase("check"):
             config = load_config(model_dir)
             rec = load_recipe(recipe)
             rec.validate_for(config)
-            check_output_dir(out_dir, force)
-            if out_dir.resolve() == model_dir.resolve():
-                raise ConfigError("the output directory is the input model directory", "choose a new output path")
+            prepare_output_dir(out_dir, force, inputs=inputs, log=log_line)  # found now, not after gptq
             if float_dtype not in ("bfloat16", "float16"):
                 raise ConfigError(f"float dtype {float_dtype!r} is not bfloat16 or float16")
             if auto_map not in AUTO_MAP_MODES:
@@ -307,7 +311,7 @@ def quantize(
         quality_report: Dict[str, Any] = {"gptq": _module_losses(gptq_log)}
         del gm, hf, examples
 
-        with atomic_dir(out_dir, force=force) as tmp:
+        with atomic_dir(out_dir, force=force, inputs=inputs, log=log_line) as tmp:
             with log.phase("save"):
                 fdt = torch.bfloat16 if float_dtype == "bfloat16" else torch.float16
                 tensors = collect_tensors(quantized, iter_tensors(model_dir), float_dtype=fdt)

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import sha256_file
+from soarpack.fsutil import INCOMPLETE_MARKER, owner_state, read_incomplete_marker, sha256_file
 from soarpack.quant.gptq_format import dequantize, unpack_cols
 from soarpack.quant.recipe import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
                                    ModuleQuant, resolve_plan)
@@ -67,6 +67,7 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None,
     rep = VerifyReport()
     add = lambda code, where, msg: rep.problems.append(Problem(code, where, msg))  # noqa: E731
 
+    _check_incomplete(ckpt, add)
     if not (ckpt / "config.json").is_file():
         add("missing-file", "config.json", f"{ckpt} has no config.json")
         return rep
@@ -145,6 +146,21 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None,
     if original is not None:
         _compare_original(ckpt, Path(original), plan, names, expected_float, rep, add, device)
     return rep
+
+
+def _check_incomplete(ckpt: Path, add) -> None:
+    """The temp folder of a run that has not finished (killed, or still going) is not a result, however complete
+    it looks; the run's own verify of its temp folder is the exception."""
+    owner = read_incomplete_marker(ckpt)
+    if owner is None:
+        return
+    state = owner_state(owner)
+    if state == "self":
+        return
+    whose = {"running": "still running", "gone": "killed before it finished", "unknown": "on another host or unknown"}
+    add("incomplete", INCOMPLETE_MARKER,
+        f"{ckpt} is the temporary folder of an unfinished soarpack run for {owner.get('target')} (pid "
+        f"{owner.get('pid')} on {owner.get('host')}, started {owner.get('started')}, {whose[state]}): not a result")
 
 
 def _check_quant_config(qc: Dict[str, Any], ckpt: Path, add) -> None:

@@ -6,6 +6,7 @@ in the target dtype (no fp32 copy of a bf16 checkpoint, no RoPE tables).
 
 from __future__ import annotations
 
+import errno
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -16,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from soarpack.errors import CheckpointError
-from soarpack.fsutil import atomic_write_json
+from soarpack.fsutil import atomic_write_json, is_disk_full
 from soarpack.sala.config import SalaConfig, load_config
 
 SINGLE_FILE = "model.safetensors"
@@ -39,8 +40,11 @@ def weight_files(ckpt: str | Path) -> dict[str, Path]:
         return files
     single = ckpt / SINGLE_FILE
     if single.is_file():
-        with safe_open(single, framework="pt") as fh:
-            return {name: single for name in fh.keys()}
+        try:
+            with safe_open(single, framework="pt") as fh:
+                return {name: single for name in fh.keys()}
+        except Exception as exc:  # safetensors raises its own error types for truncated or corrupt files
+            raise CheckpointError(f"cannot read {single}: {exc}", "the file is truncated or corrupt") from None
     raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE} in {ckpt}", "is this a Hugging Face checkpoint directory?")
 
 
@@ -151,20 +155,29 @@ def save_state_dict(
         size += nbytes
     metadata = {"format": "pt"}
     if len(shards) == 1:
-        save_file(shards[0], str(out_dir / SINGLE_FILE), metadata=metadata)
+        _save_file(shards[0], out_dir / SINGLE_FILE, metadata)
         return [SINGLE_FILE]
     names = []
     weight_map = {}
     total = 0
     for i, shard in enumerate(shards, start=1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(out_dir / fname), metadata=metadata)
+        _save_file(shard, out_dir / fname, metadata)
         names.append(fname)
         for k, t in shard.items():
             weight_map[k] = fname
             total += t.numel() * t.element_size()
     atomic_write_json(out_dir / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": weight_map})
     return names + [INDEX_FILE]
+
+
+def _save_file(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except Exception as exc:
+        if is_disk_full(exc):  # safetensors wraps ENOSPC in its own error: make it an OSError callers recognise
+            raise OSError(errno.ENOSPC, f"no space left on the device while writing {path.name}") from exc
+        raise
 
 
 def _natural_key(name: str):

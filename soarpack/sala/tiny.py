@@ -69,6 +69,8 @@ def tiny_config_dict(
 ) -> dict:
     """A `config.json` dict with every field of the real release, scaled down."""
     if mixer_types is None:
+        if num_layers < 1:
+            raise ConfigError(f"--layers {num_layers}: a model needs at least 1 layer", "pass --layers 1 or more")
         mixer_types = [SPARSE] + [LIGHTNING] * max(num_layers - 2, 0) + ([SPARSE] if num_layers > 1 else [])
     mixer_types = list(mixer_types)
     cfg = {

@@ -160,8 +160,12 @@ def resolve_src(src: os.PathLike) -> Path:
 
 
 def _read_text(path: Path) -> str:
-    with open(path, encoding="utf-8", newline="") as fh:
-        return fh.read()
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except UnicodeDecodeError as exc:
+        raise PatchError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+                         "this is not the fork's file as released; restore it from the fork's checkout") from None
 
 
 def _run(root: Path, patches: Sequence[Patch]) -> tuple:
@@ -281,6 +285,10 @@ def apply_patches(
     Every patched file must compile (verify_compile=False is for fixture trees made of code fragments).
     """
     root = resolve_src(src)
+    out = Path(out)
+    in_place = out.exists() and out.resolve() in (root.resolve(), Path(src).resolve())
+    if not in_place:  # any other output lies outside the source: inside it would copy itself, around it replace it
+        fsutil.prepare_output_dir(out, force, inputs=[root])
     directory = patch_dir()
     patches = select_patches(names, directory)
     statuses, texts = _run(root, patches)
@@ -291,17 +299,17 @@ def apply_patches(
     changed = {rel: text for rel, text in texts.items() if text is not None and text != _read_text(root / rel)}
     report.written = sorted(changed)
 
-    out = Path(out)
     if verify_compile:
         for rel, text in changed.items():
             _compile_check(text, rel)
-    if out.exists() and out.resolve() in (root.resolve(), Path(src).resolve()):  # in place
-        for rel, text in changed.items():
-            mode = (root / rel).stat().st_mode
-            fsutil.atomic_write_bytes(root / rel, text.encode("utf-8"))
-            os.chmod(root / rel, mode)
+    if in_place:
+        try:
+            fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()})
+        except OSError as exc:
+            raise PatchError(f"cannot replace {exc.filename or root}: {exc.strerror or exc}; nothing was changed",
+                             "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
-    with fsutil.atomic_dir(out, force=force) as tmp:
+    with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
         shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         for rel, text in changed.items():
             target = tmp / rel

@@ -151,6 +151,7 @@ def apply_file_diff(text: str, diff: FileDiff) -> Tuple[str, List[HunkResult]]:
     keep_final_newline = text.endswith("\n")
     lines = _split(text)
     results: List[HunkResult] = []
+    written: List[Tuple[int, int, int, int]] = []  # (start, end, hunk, expected line) of text this pass wrote
     offset = 0
     for number, hunk in enumerate(diff.hunks, start=1):
         before, after = hunk.before, hunk.after
@@ -159,12 +160,25 @@ def apply_file_diff(text: str, diff: FileDiff) -> Tuple[str, List[HunkResult]]:
         if matches:
             at = _nearest(matches, expected)
             lines[at:at + len(before)] = after
-            offset = at - (hunk.old_start - 1) + len(after) - len(before)
+            delta = len(after) - len(before)
+            written = [(s + delta, e + delta, n, x) if s >= at + len(before) else (s, e, n, x) for s, e, n, x in written]
+            written.append((at, at + len(after), number, hunk.old_start))
+            offset = at - (hunk.old_start - 1) + delta
             results.append(HunkResult(number, "apply", at + 1))
             continue
         done = _find_all(lines, after)
         if done:
             at = _nearest(done, max(0, hunk.new_start - 1 + offset))
+            taken = [(n, s, x) for s, e, n, x in written if s < at + len(after) and at < e]
+            if taken:
+                # Not applied before: an earlier hunk of this pass matched here, away from its own place, because
+                # the text at its own place differs. Both hunks' places are then wrong; report this one.
+                other, start, other_expected = taken[0]
+                results.append(HunkResult(number, "fail", hunk.old_start,
+                                          f"expected near line {hunk.old_start}; its lines were taken by hunk {other}, "
+                                          f"which matched at line {start + 1} instead of near line {other_expected}: "
+                                          f"the file differs from the patch near line {other_expected}"))
+                continue
             offset = at - (hunk.new_start - 1)
             results.append(HunkResult(number, "applied", at + 1))
             continue
