@@ -59,15 +59,22 @@ def is_disk_full(exc: BaseException) -> bool:
     return "os error 28" in text or "No space left on device" in text
 
 
+def _replaces_nothing(path: Path) -> bool:
+    return not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir()))
+
+
 def refuse_overlap(output: str | os.PathLike, inputs: Iterable[str | os.PathLike], *, what: str = "output") -> None:
-    """Inputs are sacred: refuse an output that is an input, contains one, or lies inside one (links resolved)."""
+    """Inputs are sacred: refuse an output that is an input, contains one, or would replace something inside one
+    (links resolved). A new output inside an input (`quantize tin tin/quant`) deletes nothing and is allowed."""
     out = Path(os.path.realpath(output))
     for inp in inputs:
         real = Path(os.path.realpath(inp))
         if out == real:
             relation = "is"
         elif real in out.parents:
-            relation = "lies inside"
+            if _replaces_nothing(Path(output)):
+                continue
+            relation = "would replace something inside"
         elif out in real.parents:
             relation = "contains"
         else:

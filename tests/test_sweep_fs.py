@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from soarpack.errors import SoarpackError
+
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.tarpack import MAX_ENTRIES, UnsafeArchiveError, pack_tree, safe_extract
 from soarpack.cli import app
@@ -114,6 +116,21 @@ def test_row_031_quantize_out_parent_of_model(tiny_model_dir, tmp_path):
     res = run_cli("quantize", anc / "models" / "tiny", anc, "--force", *QUANT_FAST)
     assert_clean_error(res, f"output {anc} contains the input {anc / 'models' / 'tiny'}")
     assert tree_hash(anc) == before
+
+
+def test_row_034_a_new_output_inside_the_model_stays_allowed(tmp_path):
+    """OK row kept OK (quantize's check phase): `quantize tin tin/quant` writes a new folder inside the input; with
+    --force over an existing, non-empty tin/quant it would delete part of the input, so that is refused."""
+    from soarpack.fsutil import prepare_output_dir
+
+    tin = tmp_path / "tin"
+    tin.mkdir()
+    (tin / "config.json").write_text("{}")
+    assert prepare_output_dir(tin / "quant", inputs=[tin]) == tin / "quant"
+    (tin / "quant").mkdir()
+    (tin / "quant" / "model.safetensors").write_text("x")
+    with pytest.raises(SoarpackError, match="would replace something inside the input"):
+        prepare_output_dir(tin / "quant", force=True, inputs=[tin])
 
 
 def test_row_038_quantize_out_read_only_found_at_check(tiny_model_dir, read_only_dir):
@@ -484,11 +501,18 @@ def test_row_137_non_utf8_target_file(fork, tmp_path, cmd):
     assert tree_hash(fork) == before
 
 
-def test_row_139_out_inside_src_is_refused(fork):
-    """Was OK but left an empty .patched.tmp-* inside the output; an output inside the input is now refused."""
+def test_row_139_out_inside_src_is_patched_without_copying_itself(fork):
+    """OK row kept OK: a new output inside the source is written, and no .patched.tmp-* or copy of the output ends up
+    inside it; replacing an existing output inside the source is refused, since that deletes part of an input."""
+    from soarpack.serve.patches import apply_patches
+
+    apply_patches(fork, fork / "patched", verify_compile=False)  # the anchor tree holds fragments, not modules
+    assert (fork / "patched" / "sglang").is_dir() and not (fork / "patched" / "patched").exists()
+    assert not [p for p in (fork / "patched").rglob("*") if ".tmp-" in p.name]
+    (fork / "patched" / "mine.txt").write_text("kept\n")
     before = tree_hash(fork)
-    res = run_cli("sglang", "apply", "--src", fork, "--out", fork / "patched")
-    assert_clean_error(res, f"{fork / 'patched'} lies inside the input {fork}")
+    res = run_cli("sglang", "apply", "--src", fork, "--out", fork / "patched", "--force")
+    assert_clean_error(res, f"{fork / 'patched'} would replace something inside the input {fork}")
     assert tree_hash(fork) == before
 
 

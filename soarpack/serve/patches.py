@@ -310,7 +310,13 @@ def apply_patches(
                              "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
     with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
-        shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        # An output inside the source (allowed while it replaces nothing) must not be copied into itself.
+        own = {Path(os.path.realpath(p)) for p in (tmp, out)}
+
+        def skip(folder: str, names: List[str]) -> List[str]:
+            return [n for n in names if n == "__pycache__" or Path(os.path.realpath(os.path.join(folder, n))) in own]
+
+        shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=skip)
         for rel, text in changed.items():
             target = tmp / rel
             mode = target.stat().st_mode
