@@ -363,8 +363,9 @@ def main(argv):
     try:
         result = run(request)
     except ModuleNotFoundError as exc:  # a module outside STANDINS is missing: name it
-        result = {"ok": False, "error": f"the fork imports {exc.name!r}, which this interpreter lacks "
-                                        f"(not a GPU-only module that is stood in)", "missing_module": exc.name}
+        result = {"ok": False, "missing_module": exc.name,
+                  "error": f"module {exc.name!r} is missing from this interpreter (the fork's import chain needs it; "
+                           f"only GPU-only extensions are stood in)"}
     except CheckFailure as exc:
         result = {"ok": False, "error": str(exc)}
     except Exception as exc:  # the fork's own code raised: the server would die the same way
