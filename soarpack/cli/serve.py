@@ -162,3 +162,29 @@ def serve_check_cmd(
         for problem in result.problems:
             err_console.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+@command("rehearse-server")
+def rehearse_server_cmd(
+    ckpt: Path = typer.Argument(..., help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
+    data: Path = typer.Option(..., "--data", help="Your copy of the public set (perf_public_set.jsonl)."),
+    profile: str = typer.Option("safe", "--profile", help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
+    out: Path = typer.Option(Path("rehearsal"), "-o", "--out", help="Folder for server.log, eval.json, bench.json, score.json."),
+    port: int = typer.Option(30000, "--port", help="The server's port (the platform's is 30000)."),
+    per_task: int = typer.Option(6, "--per-task", min=1, help="Eval rows per task (a stratified slice)."),
+    bench_rows: int = typer.Option(8, "--bench-rows", min=1, help="Rows of the short bench (each tier)."),
+    ready_timeout: float = typer.Option(600.0, "--ready-timeout", help="Seconds to wait for /health."),
+    python: Optional[str] = typer.Option(None, "--python", help="The Python with the fork installed; default: this one."),
+) -> None:
+    """On a GPU box with the fork installed: start sglang.launch_server as the platform does, eval a slice, bench
+    briefly, score, and report the accuracy gate C with its margin. Exit 1 when C < 1 or a request failed."""
+    import sys
+
+    from soarpack.serve.server import rehearse_server
+
+    result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
+                             bench_rows=bench_rows, ready_timeout_s=ready_timeout,
+                             log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+    typer.echo(result.summary)
+    if not result.ok:
+        raise typer.Exit(1)
