@@ -256,3 +256,11 @@ def test_cli_exits_1_on_a_failed_check_and_prints_the_causes(tiny_quantized_conf
     res = CliRunner().invoke(app, ["serve-check", str(tiny_quantized_config), "--sglang-src", str(src)])
     assert res.exit_code == 1
     assert "error: boom" in res.output
+
+
+def test_the_fork_check_extra_is_the_image_stacks_import_list():
+    from soarpack.recipe_files import read_toml
+    from soarpack.bundle.imagestack import FORK_IMPORT_PACKAGES
+
+    extras = read_toml(Path(__file__).resolve().parent.parent / "pyproject.toml")["project"]["optional-dependencies"]
+    assert sorted(extras["fork-check"]) == sorted(FORK_IMPORT_PACKAGES)
