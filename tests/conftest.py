@@ -49,3 +49,36 @@ def pytest_report_header(config):
     if not HAVE_TORCH:
         return "torch is not installed: test files that need torch are left out (Python 3.10 leg)"
     return None
+
+
+FORK_COMMITS = ("377b0b5eb", "d29fb130c")
+
+
+def _fork_archive_dir():
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent
+    for base in (here, *here.parents):  # ../shared beside the checkout, or further up for a worktree
+        candidate = base / "shared" / "data" / "sglang-fork"
+        if all((candidate / f"{c}-python.tar.gz").is_file() for c in FORK_COMMITS):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def sglang_fork_trees(tmp_path_factory):
+    """{commit: python/ dir} of the OpenBMB fork, extracted once per session from ../shared/data/sglang-fork."""
+    import tarfile
+
+    archives = _fork_archive_dir()
+    if archives is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the SGLang fork archives (../shared/data/sglang-fork) are missing in CI")
+        pytest.skip("not run: the SGLang fork archives (../shared/data/sglang-fork) are not beside the checkout")
+    trees = {}
+    for commit in FORK_COMMITS:
+        dest = tmp_path_factory.mktemp(f"sglang-{commit}")
+        with tarfile.open(archives / f"{commit}-python.tar.gz") as tar:
+            tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        trees[commit] = dest / "python"
+    return trees

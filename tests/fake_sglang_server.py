@@ -55,8 +55,9 @@ class GenerateScript:
 class FakeSGLang:
     def __init__(self, model_id: str = "fake-sala",
                  chat: Union[Callable[[str], ChatReply], Dict[str, ChatReply], None] = None,
-                 generate: Union[Callable[[str], GenerateScript], GenerateScript, None] = None):
+                 generate: Union[Callable[[str], GenerateScript], GenerateScript, None] = None, port: int = 0):
         self.model_id = model_id
+        self.port = port
         self._chat = chat
         self._generate = generate or GenerateScript()
         self.stopping = threading.Event()
@@ -113,7 +114,7 @@ class FakeSGLang:
 
     def start(self) -> "FakeSGLang":
         handler = type("BoundHandler", (_Handler,), {"fake": self})
-        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", self.port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()

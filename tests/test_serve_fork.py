@@ -1,7 +1,7 @@
 """Integration: our patch set against a real checkout of the OpenBMB minicpm_sala fork.
 
-Runs when SOARPACK_SGLANG_SRC points at the fork's python/ directory (or the repository root), e.g. one
-extracted with `git -C MIRROR archive d29fb130c python | tar -x -C /tmp/sglang-d29`.
+Runs on both commits' python/ trees from ../shared/data/sglang-fork (extracted per session), and also on
+SOARPACK_SGLANG_SRC when it points at another checkout (the fork's python/ dir or the repository root).
 """
 
 from __future__ import annotations
@@ -16,18 +16,25 @@ from soarpack.serve.lint import lint_args
 from soarpack.serve.profiles import list_profiles, load_profile
 from soarpack.serve.serverargs import builtin_flags, parse_server_args
 
-SRC = os.environ.get("SOARPACK_SGLANG_SRC")
-pytestmark = pytest.mark.skipif(not SRC, reason="SOARPACK_SGLANG_SRC is not set: point it at a minicpm_sala fork's python/ dir to run")
+ENV_SRC = os.environ.get("SOARPACK_SGLANG_SRC")
+SOURCES = ["377b0b5eb", "d29fb130c"] + (["env"] if ENV_SRC else [])
+
+
+@pytest.fixture(scope="module", params=SOURCES)
+def SRC(request):
+    if request.param == "env":
+        return ENV_SRC
+    return str(request.getfixturevalue("sglang_fork_trees")[request.param])
 
 
 @pytest.fixture(scope="module")
-def patched(tmp_path_factory):
+def patched(tmp_path_factory, SRC):
     out = tmp_path_factory.mktemp("fork") / "patched"
     report = P.apply_patches(SRC, out)
     return out, report
 
 
-def test_every_patch_applies_and_the_tree_is_known():
+def test_every_patch_applies_and_the_tree_is_known(SRC):
     report = P.check_tree(SRC)
     assert [(p.name, p.status) for p in report.patches] == [(n, "apply") for n in P.list_patches()], report.to_dict()
     assert report.commit is not None and report.state == "pristine", (report.commit, report.state, report.differing)
@@ -43,7 +50,7 @@ def test_patched_files_compile_and_check_as_applied(patched, tmp_path):
     assert (again.commit, again.state) == (report.commit, "patched")
 
 
-def test_profiles_lint_clean_against_the_tree():
+def test_profiles_lint_clean_against_the_tree(SRC):
     tree = P.resolve_src(SRC)
     flags = parse_server_args(tree)
     assert set(flags) == set(builtin_flags())  # the recorded table is this fork's

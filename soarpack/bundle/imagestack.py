@@ -35,7 +35,7 @@ FORK_IMPORT_PACKAGES = (
     "pybase64", "ipython", "aiohttp", "orjson", "pyzmq", "fastapi", "openai==2.6.1", "partial_json_parser",
     "sentencepiece", "compressed-tensors", "gguf", "einops", "msgspec", "xgrammar==0.1.27", "uvicorn", "uvloop",
     "psutil", "requests", "setproctitle", "interegular", "prometheus-client", "python-multipart", "pillow", "scipy",
-    "nvidia-ml-py", "packaging", "safetensors",
+    "nvidia-ml-py", "packaging", "safetensors", "dill",
 )
 PIP_ATTEMPTS = 3
 # Printed by every interpreter that runs a rehearsal step, so a report names the stack that really ran.

@@ -133,3 +133,58 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         mark = " (default)" if p.name == DEFAULT_PROFILE else ""
         typer.echo(f"{p.name}{mark}: recipe {p.recipe}, patches [{', '.join(p.patches)}], fallback {p.fallback or '-'}")
         typer.echo(f"    {p.description}")
+
+
+@command("serve-check")
+def serve_check_cmd(
+    ckpt: Path = typer.Argument(..., help="A quantized checkpoint (written by soarpack quantize)."),
+    sglang_src: Path = typer.Option(..., "--sglang-src", help=_SRC_HELP),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Judge against this recipe; default: the one the checkpoint names."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Serving profile whose SGLANG_SERVER_ARGS the fork parses; default: the default profile."),
+    python: Optional[Path] = typer.Option(None, "--python", help="The child's interpreter (torch and the fork's deps); default: the image stand-in."),
+    dev_stack: bool = typer.Option(False, "--dev-stack", help="Run the child on this interpreter instead of the image stand-in."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Load a checkpoint through the SGLang fork's own code on a CPU: quant method per linear, leftover tensors,
+    unwritten parameters. Exit 0 pass, 1 fail, 2 bad input."""
+    from soarpack.serve.forkcheck import run_fork_check
+    from soarpack.serve.profiles import load_profile
+
+    server_args = load_profile(profile).args if profile else None
+    result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,
+                            log=lambda m: err_console.print(m, highlight=False))
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        typer.echo(result.table)
+        typer.echo(result.summary)
+    if not result.ok:
+        for problem in result.problems:
+            err_console.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@command("rehearse-server")
+def rehearse_server_cmd(
+    ckpt: Path = typer.Argument(..., help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
+    data: Path = typer.Option(..., "--data", help="Your copy of the public set (perf_public_set.jsonl)."),
+    profile: str = typer.Option("safe", "--profile", help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
+    out: Path = typer.Option(Path("rehearsal"), "-o", "--out", help="Folder for server.log, eval.json, bench.json, score.json."),
+    port: int = typer.Option(30000, "--port", help="The server's port (the platform's is 30000)."),
+    per_task: int = typer.Option(6, "--per-task", min=1, help="Eval rows per task (a stratified slice)."),
+    bench_rows: int = typer.Option(8, "--bench-rows", min=1, help="Rows of the short bench (each tier)."),
+    ready_timeout: float = typer.Option(600.0, "--ready-timeout", help="Seconds to wait for /health."),
+    python: Optional[str] = typer.Option(None, "--python", help="The Python with the fork installed; default: this one."),
+) -> None:
+    """On a GPU box with the fork installed: start sglang.launch_server as the platform does, eval a slice, bench
+    briefly, score, and report the accuracy gate C with its margin. Exit 1 when C < 1 or a request failed."""
+    import sys
+
+    from soarpack.serve.server import rehearse_server
+
+    result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
+                             bench_rows=bench_rows, ready_timeout_s=ready_timeout,
+                             log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+    typer.echo(result.summary)
+    if not result.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,154 @@
+"""`soarpack rehearse-server` against a stand-in `sglang` package whose launch_server serves fake_sglang_server.
+
+Only the orchestration is tested here (start, health wait, eval, bench, score, stop, log); the real server needs a
+GPU and the fork installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from soarpack.cli import app
+from soarpack.serve import server as S
+
+TESTS = Path(__file__).resolve().parent
+LAUNCH_SERVER = '''
+import argparse, json, os, signal, sys, threading, time
+from fake_sglang_server import ChatReply, FakeSGLang
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--model-path", required=True)
+args, _ = parser.parse_known_args()
+print("argv " + json.dumps(sys.argv[1:]), flush=True)
+mode = os.environ["FAKE_SGLANG_MODE"]
+if mode == "die":
+    print("Loading safetensors checkpoint shards", flush=True)
+    print("KeyError: 'model.layers.0.mlp.extra_proj.weight'", flush=True)
+    sys.exit(3)
+if mode == "never":
+    while True:
+        time.sleep(0.1)
+answers = json.load(open(os.environ["FAKE_SGLANG_ANSWERS"]))
+server = FakeSGLang(port=args.port, chat=lambda q: ChatReply(answers.get(q, "no idea"))).start()
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *a: stop.set())
+stop.wait()
+server.stop()
+print("clean shutdown", flush=True)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def standin_env(tmp_path):
+    pkg = tmp_path / "standin" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(LAUNCH_SERVER)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(pkg.parent), str(TESTS)])
+    return env
+
+
+@pytest.fixture
+def public_set(tmp_path):
+    """Three rows per task; the stand-in answers all correctly but one mcq row."""
+    rows, answers = [], {}
+    for task in ("mcq", "niah", "qa", "fwe", "cwe"):
+        for k in range(3):
+            question = f"{task} question {k}"
+            gold = "B" if task == "mcq" else [f"needle-{task}-{k}"]
+            rows.append({"task": task, "question": question, "gold": gold})
+            answers[question] = "<think>hm</think>ANSWER: B" if task == "mcq" else f"</think>it is needle-{task}-{k}"
+    answers["mcq question 0"] = "</think>ANSWER: C"
+    data = tmp_path / "public.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
+    return data, tmp_path / "answers.json"
+
+
+def test_launch_command_is_the_platforms():
+    cmd = S.launch_command("/m", ["--quantization", "gptq_marlin"], 30000, python="py")
+    assert cmd == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--trust-remote-code", "--port", "30000",
+                   "--quantization", "gptq_marlin", "--tp-size", "1", "--max-running-requests", "32", "--enable-metrics"]
+
+
+def test_gate_margin_is_measured_from_the_79_2_cliff():
+    assert S.c_cliff_ori() == 79.2
+    assert "expected C = 1.0" in S.gate_line(80.0, 100) and "margin +0.80 points" in S.gate_line(80.0, 100)
+    assert "expected C = 0.96" in S.gate_line(79.0, 100) and "margin -0.20 points" in S.gate_line(79.0, 100)
+
+
+def test_stratified_slice_takes_the_first_rows_of_each_task():
+    rows = [{"task": t, "i": i} for i in range(4) for t in ("a", "b")]
+    assert [(r["task"], r["i"]) for r in S.stratified_slice(rows, 2)] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+@pytest.mark.slow
+def test_ready_server_is_evaluated_benched_scored_and_stopped(tiny_model_dir, public_set, standin_env, tmp_path):
+    data, answers = public_set
+    env = dict(standin_env, FAKE_SGLANG_MODE="ready", FAKE_SGLANG_ANSWERS=str(answers))
+    lines = []
+    result = S.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=2,
+                               bench_rows=2, ready_timeout_s=60, env=env, log=lines.append)
+    assert result.eval["scored"] == 10 and result.eval["ori_accuracy"] == 90.0
+    assert result.ok and "expected C = 1.0" in result.gate and "margin +10.80 points to the 79.2 cliff" in result.gate
+    assert set(result.bench["tiers"]) == {"s1", "s8", "smax"} and not any(t["failed"] for t in result.bench["tiers"].values())
+    assert result.score["c_factor"] == 1.0 and (tmp_path / "out" / "score.json").is_file()
+    log = result.log_path.read_text()
+    argv = json.loads(log.splitlines()[0][len("argv "):])
+    assert argv[:4] == ["--model-path", str(tiny_model_dir), "--trust-remote-code", "--port"]
+    assert argv[-5:] == ["--tp-size", "1", "--max-running-requests", "32", "--enable-metrics"]
+    assert "clean shutdown" in log and result.exit_code == 0  # SIGTERM, then a clean exit; the log is kept
+    assert any("server healthy" in line for line in lines)
+
+
+def test_a_server_that_dies_at_start_shows_its_last_log_lines(tiny_model_dir, public_set, standin_env, tmp_path):
+    data, _ = public_set
+    env = dict(standin_env, FAKE_SGLANG_MODE="die")
+    with pytest.raises(S.ServerError) as exc:
+        S.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=1, bench_rows=1,
+                          ready_timeout_s=60, env=env, log=lambda m: None)
+    msg = str(exc.value)
+    assert "exited with code 3" in msg and "KeyError: 'model.layers.0.mlp.extra_proj.weight'" in msg
+    assert "\n" not in msg and (tmp_path / "out" / "server.log").is_file()
+
+
+def test_a_server_never_healthy_times_out_and_is_stopped(standin_env, tmp_path):
+    env = dict(standin_env, FAKE_SGLANG_MODE="never")
+    lines = []
+    cmd = S.launch_command(tmp_path, [], _free_port())
+    with pytest.raises(S.ServerError, match="not healthy after 2 s"):
+        S.start_server(cmd, int(cmd[cmd.index("--port") + 1]), tmp_path / "server.log", timeout_s=2.0, env=env,
+                       log=lines.append, poll_s=0.2)
+    assert "argv" in (tmp_path / "server.log").read_text()
+
+
+def test_progress_lines_while_waiting(standin_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "PROGRESS_EVERY_S", 0.5)
+    env = dict(standin_env, FAKE_SGLANG_MODE="never")
+    lines = []
+    cmd = S.launch_command(tmp_path, [], _free_port())
+    with pytest.raises(S.ServerError):
+        S.start_server(cmd, int(cmd[cmd.index("--port") + 1]), tmp_path / "server.log", timeout_s=1.6, env=env,
+                       log=lines.append, poll_s=0.2)
+    assert any(line.startswith("waiting for the server on http://127.0.0.1:") for line in lines)
+
+
+def test_cli_refuses_a_missing_model_dir(tmp_path):
+    (tmp_path / "d.jsonl").write_text("")
+    res = CliRunner().invoke(app, ["rehearse-server", str(tmp_path / "nope"), "--data", str(tmp_path / "d.jsonl")])
+    assert res.exit_code == 2 and "no config.json" in " ".join(res.output.split())
