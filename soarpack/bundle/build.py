@@ -122,12 +122,13 @@ def _sglang(stage: Path, sglang_src: Union[str, Path], patches: Sequence[str]) -
         shutil.copytree(resolve_src(Path(sglang_src)), tree, symlinks=True, ignore=_COPY_IGNORE)
         report = check_tree(tree, [])
     # The folder's name only: a local path would leak into the upload and break byte-identical rebuilds.
-    return {"mode": "tree", "patches": list(patches), "fork_commit": report.commit, "applied_on": Path(sglang_src).name}
+    return {"mode": "tree", "patches": list(patches), "fork_commit": report.commit, "applied_on": Path(sglang_src).name,
+            "dropped_links": _drop_links_out_of_tree(tree)}
 
 
-def links_out_of_tree(root: Path) -> List[str]:
-    """'name -> target' for every symlink under root that is absolute or resolves outside root."""
-    real_root = os.path.realpath(root)
+def links_out_of_tree(root: Path, within: Optional[Path] = None) -> List[str]:
+    """'name -> target' for every symlink under root that is absolute or resolves outside `within` (default: root)."""
+    real_root = os.path.realpath(within if within is not None else root)
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -141,13 +142,23 @@ def links_out_of_tree(root: Path) -> List[str]:
     return sorted(out)
 
 
+def _drop_links_out_of_tree(tree: Path) -> List[str]:
+    """Remove from the staged tree the links into the rest of the fork's checkout (the real fork's python/ has
+    one: a .clang-format into sgl-kernel/); in the bundle they would dangle. Return them as warnings."""
+    dropped = links_out_of_tree(tree)
+    for entry in dropped:
+        os.unlink(tree / entry.split(" -> ", 1)[0])
+    return [f"not shipped, it points outside the fork's python/ tree: {d}" for d in dropped]
+
+
 def _check_sglang_src(sglang_src: Union[str, Path]) -> None:
     from soarpack.serve.patches import resolve_src
 
     if not Path(sglang_src).is_dir():
         raise ConfigError(f"--sglang-src {sglang_src} is not a directory", "pass the fork's checkout or 'platform'")
     tree = resolve_src(Path(sglang_src))
-    bad = links_out_of_tree(tree)
+    # Links within the fork's own checkout are dropped at staging; anything that leads elsewhere is refused.
+    bad = links_out_of_tree(tree, within=tree.resolve().parent)
     if bad:
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
         raise ConfigError(f"--sglang-src {tree} holds a symlink out of the tree: {bad[0]}{more}",
@@ -243,6 +254,7 @@ def build_bundle(
         _copy_sources(stage)
         calib_names = _calibration(stage, calib, calib_rows)
         sglang = _sglang(stage, sglang_src, prof.patches)
+        warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
         atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
         if wheels:

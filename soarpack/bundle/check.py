@@ -453,11 +453,13 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
         env["SOARPACK_SKIP_WHEELS"] = "1"
     sglang_mode = (manifest.get("sglang") or {}).get("mode")
     fork_copy = work / "sglang-fork"
-    if sglang_fork is not None and sglang_mode == "platform":
-        # prepare_env.sh patches the image's checkout in place: give it a copy, never the user's checkout.
+    if sglang_fork is not None:
+        # prepare_env.sh patches the image's checkout in place, and importing it writes bytecode: work on a copy,
+        # never on the user's checkout.
         from soarpack.serve.patches import resolve_src
 
         shutil.copytree(resolve_src(sglang_fork), fork_copy / "python", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    if sglang_fork is not None and sglang_mode == "platform":
         env["SOARPACK_SGLANG_FORK"] = str(fork_copy)
     else:
         env["SOARPACK_SKIP_SGLANG"] = "1"
@@ -486,7 +488,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
             raise StepFailed("it reported a failure: " + _tail("\n".join(ln for ln in values["_stdout"].splitlines() if "!!!" in ln and "!!!!!" not in ln)))
         s["detail"] = f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {prof.get('name')}"
     if r.failed("prepare_env.sh"):
-        for name in ("bundled wheels", "sglang patches", "tiny model", "prepare_model.sh", "verify", "server start"):
+        for name in ("bundled wheels", "sglang patches", "tiny model", "prepare_model.sh", "verify", "fork loads it", "server start"):
             r.skip(name, "prepare_env.sh failed")
         return
     with r.step("bundled wheels") as s:
@@ -555,4 +557,35 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
             if proc.returncode != 0:
                 raise StepFailed(_tail(proc.stdout + proc.stderr))
             s["detail"] = _tail(proc.stdout, 1)
-    r.skip("server start", "needs the platform's GPU and SGLang fork (sm_120, CUDA): rehearse with `soarpack eval` on a GPU box")
+        with r.step("fork loads it") as s:
+            if r.failed("prepare_model.sh"):
+                raise StepSkipped("prepare_model.sh failed")
+            tree = _served_tree(root, sglang_mode, fork_copy if sglang_fork is not None else None)
+            if tree is None:
+                raise StepSkipped("not run: needs the fork's python/ tree (pass --sglang-fork DIR, or build with --sglang-src)")
+            s["detail"], s["versions"] = _fork_load(quantized, tree, root, manifest, note)
+    r.skip("server start", "needs the platform's GPU (sm_120, CUDA): `soarpack rehearse-server` on a GPU box")
+
+
+def _served_tree(root: Path, sglang_mode: Optional[str], fork_copy: Optional[Path]) -> Optional[Path]:
+    """The fork tree the platform's server would import: the bundle's patched tree, or the (patched) copy."""
+    if sglang_mode == "tree":
+        return root / layout.SGLANG_TREE / "python"
+    return fork_copy / "python" if fork_copy is not None else None
+
+
+def _fork_load(quantized: Path, tree: Path, root: Path, manifest: Dict[str, Any], note: Callable[[str], None]) -> tuple:
+    """Load the rehearsal's checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
+
+    Always on the image stack, --dev-stack or not: the fork pins transformers 4.57.1 and does not import on ours."""
+    from soarpack.serve.forkcheck import run_fork_check
+
+    quant = manifest.get("quantize") or {}
+    recipe = quant.get("recipe")
+    if recipe and (root / recipe).is_file():
+        recipe = root / recipe
+    args = (manifest.get("profile") or {}).get("args")
+    result = run_fork_check(quantized, tree, recipe=recipe, server_args=args, log=note)
+    if not result.ok:
+        raise StepFailed(result.summary)
+    return result.summary, (result.report or {}).get("versions")
