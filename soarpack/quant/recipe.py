@@ -185,7 +185,7 @@ class Recipe:
             ids = rule.layer_ids(config)
             if not any(m in config.layer_linears(i) for i in ids for m in rule.modules):
                 raise ConfigError(f"recipe {self.name!r} rule {k} matches no module of this model "
-                                  f"(layers {list(ids) or rule.layers}, modules {[m.split('.')[-1] for m in rule.modules]})",
+                                  f"(layers {list(ids) or _shown(rule.layers)}, modules {[m.split('.')[-1] for m in rule.modules]})",
                                   f"the model has {config.num_hidden_layers} layers; fix or remove the rule")
         plan = self.plan(config)
         problems = []
@@ -203,6 +203,10 @@ class Recipe:
                 + (f" and {len(problems) - 1} more" if len(problems) > 1 else ""),
                 "keep those modules 16-bit with a `quantize = false` rule or pick another group_size",
             )
+
+
+def _shown(layers: Union[str, Tuple[int, ...]]) -> Union[str, List[int]]:
+    return list(layers) if isinstance(layers, tuple) else layers
 
 
 def _alt(names: Sequence[str]) -> str:

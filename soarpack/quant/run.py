@@ -37,6 +37,7 @@ class QuantizeResult:
     calibration: Dict[str, Any] = field(default_factory=dict)  # the settings used and which layer set each
     timings: Dict[str, float] = field(default_factory=dict)  # our phases, seconds
     gptq_timings: Dict[str, float] = field(default_factory=dict)  # GPTQModel's regions, seconds
+    gptq_counts: Dict[str, int] = field(default_factory=dict)  # how often each region ran (hessian_inverse: Hessians)
     quality: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -105,7 +106,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
         quantized = checked_quantized(sala, run)
         n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
         quality: Dict[str, Any] = {"gptq": gptq.module_losses}
-        gptq_timings = gptq.region_seconds
+        gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
         del sala, gptq
         with atomic_dir(out_dir, force=opts.force) as tmp:
             with log.phase("save"):
@@ -123,7 +124,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 skipped_modules=n_planned - n_quantized, sanity_loss=round(sanity.loss, 5),
                 calibration={**run.calibration.model_dump(), "set_by": run.sources},
                 timings={k: round(v, 3) for k, v in log.timings.items()},
-                gptq_timings=gptq_timings, quality=quality)
+                gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality)
             atomic_write_json(tmp / "soarpack_quant_report.json", result.to_dict())
         log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
                  + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
