@@ -258,3 +258,15 @@ def test_shared_input_hessians_give_the_same_result_as_one_per_module(tiny, work
     assert packed[0].keys() == packed[1].keys() and len(_quantized_modules(work / "hessians-shared-True")) == 32
     for name in packed[0]:
         assert torch.equal(packed[0][name], packed[1][name]), name
+
+
+def test_a_model_with_both_output_gates_off_round_trips(work):
+    """The module catalogue follows the config: no o_gate/z_proj in the weights, the plan, GPTQ or verify."""
+    model = make_tiny_model(work / "no-gates", num_layers=4,
+                            config_overrides={"attn_use_output_gate": False, "use_output_gate": False})
+    assert not [k for k in read_state_dict(model) if "o_gate" in k or "z_proj" in k]
+    out = work / "no-gates-w4-full"
+    result = quantize(model, out, opts(recipe="w4-full", rows=8))
+    assert (result.quantized_modules, result.skipped_modules) == (4 * 7, 0)
+    assert verify_checkpoint(out, original=model) == []
+    assert result.quality["kl"]["top1_agreement"] > 0.7

@@ -188,11 +188,12 @@ class Recipe:
                                   f"(layers {list(ids) or _shown(rule.layers)}, modules {[m.split('.')[-1] for m in rule.modules]})",
                                   f"the model has {config.num_hidden_layers} layers; fix or remove the rule")
         plan = self.plan(config)
+        shapes = config.decoder_linears()
         problems = []
         for name, mq in plan.items():
             if mq is None:
                 continue
-            out_f, in_f = module_shape(config, name)
+            out_f, in_f = shapes[name]
             if out_f % MARLIN_OUT_MULTIPLE or in_f % MARLIN_IN_MULTIPLE:
                 problems.append(f"{name} [{out_f}, {in_f}] (Marlin needs out % 64 and in % 128)")
             elif mq.group_size > 0 and in_f % mq.group_size:
@@ -255,28 +256,8 @@ def resolve_plan(config, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) 
     return plan
 
 
-def layer_linear_names(config, i: int) -> List[str]:
-    """HF names (relative to the layer) of layer i's linears, in the config's own order."""
-    names = []
-    for name in config.linear_shapes(i):
-        rel = name.split(f"layers.{i}.", 1)[1] if f"layers.{i}." in name else name
-        names.append(rel[: -len(".weight")] if rel.endswith(".weight") else rel)
-    return names
-
-
-def decoder_linear_names(config) -> List[str]:
-    return [f"model.layers.{i}.{rel}" for i in range(config.num_hidden_layers) for rel in layer_linear_names(config, i)]
-
-
-def module_shape(config, full_name: str) -> Tuple[int, int]:
-    m = re.match(r"model\.layers\.(\d+)\.(.+)$", full_name)
-    if not m:
-        raise KeyError(full_name)
-    i, rel = int(m.group(1)), m.group(2)
-    for name, shape in config.linear_shapes(i).items():
-        if name == rel or name.endswith(f".{rel}") or name.endswith(f".{rel}.weight") or name == f"{rel}.weight":
-            return tuple(shape)
-    raise KeyError(full_name)
+def decoder_linear_names(config: Any) -> List[str]:
+    return list(config.decoder_linears())
 
 
 # -- loading ------------------------------------------------------------------------------------------------

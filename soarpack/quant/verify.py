@@ -105,8 +105,9 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None,
         expected_float[name] = shape
 
     seen = set()
+    shapes = config.decoder_linears()
     for module, mq in plan.items():
-        out_f, in_f = config.linear_shapes(int(module.split(".")[2]))[module.split(".", 3)[3]]
+        out_f, in_f = shapes[module]
         if mq is None:
             if f"{module}.weight" not in names:
                 add("missing-weight", module, "kept 16-bit by a -: rule but the checkpoint has no .weight")

@@ -215,6 +215,11 @@ class SalaConfig:
                   "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h), MLP_OUTPUT_LINEAR: (h, inter)}
         return {name: shapes[name] for name in self.layer_linears(layer)}
 
+    def decoder_linears(self) -> dict[str, tuple[int, int]]:
+        """Full HF name (`model.layers.{i}.mlp.down_proj`) → (out_features, in_features) of every decoder linear."""
+        return {f"model.layers.{i}.{name}": shape
+                for i in range(self.num_hidden_layers) for name, shape in self.linear_shapes(i).items()}
+
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor a complete checkpoint holds, by HF name, with its shape."""
         h = self.hidden_size

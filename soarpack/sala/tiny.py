@@ -186,8 +186,10 @@ def make_tiny_model(
     dtype: torch.dtype = torch.bfloat16,
     max_shard_bytes: int = 2 << 20,
     force: bool = False,
+    config_overrides: Optional[dict] = None,
 ) -> Path:
-    """Write a random SALA checkpoint to `out_dir` (atomically) and return its path."""
+    """Write a random SALA checkpoint to `out_dir` (atomically) and return its path. `config_overrides` are
+    config.json fields set on top (e.g. `attn_use_output_gate=False`)."""
     if vocab_size < 300:
         raise ConfigError("vocab_size must be at least 300 for the byte-level tokenizer (256 bytes + merges)")
     tok = train_tokenizer(vocab_size, seed)
@@ -205,6 +207,7 @@ def make_tiny_model(
         vocab_size=vocab_size,
         eos_token_ids=(2, im_end),
     )
+    raw.update(config_overrides or {})
     cfg = SalaConfig.from_dict(raw, source="tiny-model arguments")
     out_dir = Path(out_dir)
     with atomic_dir(out_dir, force=force) as tmp:
