@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from soarpack.cli import app
 from soarpack.errors import ConfigError, InputDataError
 from soarpack.quant.calib import (BUILTIN_TASKS, build_calibration, build_held_out, builtin_prompts, load_calibration,
-                                  load_tokenizer, summarize, write_builtin_calibration)
+                                  summarize, write_builtin_calibration)
+from soarpack.sala.tokenizer import load_tokenizer
 from soarpack.sala.tiny import make_tiny_model
 
 

@@ -23,6 +23,7 @@ from soarpack.quant.run import kl_stats, next_token_logprobs, quantize
 from soarpack.quant.verify import verify_checkpoint
 from soarpack.sala.checkpoint import load_model, read_state_dict
 from soarpack.sala.tiny import make_tiny_model
+from soarpack.sala.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.gptq]
 FAST = dict(rows=16, max_len=128, seed=0, device="cpu")
@@ -58,7 +59,7 @@ def mlp(work, tiny):
 
 @pytest.fixture(scope="module")
 def held_out(tiny):
-    return [r[-256:] for r in load_calibration(None, tiny, rows=6, max_len=256, seed=99)]
+    return [r[-256:] for r in load_calibration(None, load_tokenizer(tiny), rows=6, max_len=256, seed=99)]
 
 
 def test_full_run_verifies_and_reports_phases(full, tiny, work):

@@ -129,7 +129,9 @@ def calib_cmd(
             dense_len = load_config(tokenizer).dense_len
         except Exception:
             dense_len = None
-    data = build_calibration(files or None, tokenizer, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
+    from soarpack.sala.tokenizer import load_tokenizer
+
+    data = build_calibration(files or None, load_tokenizer(tokenizer), rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
     summary = summarize(data, max_len)
     if write_builtin:
         write_builtin_calibration(write_builtin, rows, seed, max_len)

@@ -103,16 +103,7 @@ def read_examples(path: str | Path) -> List[Example]:
 # -- tokenization -------------------------------------------------------------------------------------------
 
 
-def load_tokenizer(tokenizer_or_dir):
-    """A tokenizer object as is, or the tokenizer of a model directory."""
-    if not isinstance(tokenizer_or_dir, (str, Path)):
-        return tokenizer_or_dir
-    from soarpack.sala.tokenizer import load_tokenizer as load_from_dir
-
-    return load_from_dir(tokenizer_or_dir)
-
-
-def encode_example(ex: Example, tokenizer) -> List[int]:
+def encode_example(ex: Example, tokenizer: Any) -> List[int]:
     if ex.messages is not None:
         if not getattr(tokenizer, "chat_template", None):
             if ex.answer is None and len(ex.messages) == 1:
@@ -172,7 +163,6 @@ def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer: Any, *, 
     check_max_len(max_len, dense_len)
     if rows < 1:
         raise ConfigError(f"--rows {rows} must be at least 1")
-    tokenizer = load_tokenizer(tokenizer)
     paths = list(paths or [])
     if paths:
         examples = [ex for p in paths for ex in read_examples(p)]

@@ -39,7 +39,7 @@ from soarpack.errors import ConfigError
 from soarpack.quant.options import CalibrationOverrides
 from soarpack.quant.schema import StrictModel, validated
 from soarpack.recipe_files import builtin_names, read_toml
-from soarpack.sala.config import ALL_LINEARS, ATTN_LINEARS, MLP_LINEARS
+from soarpack.sala.config import ALL_LINEARS, ATTN_LINEARS, MLP_LINEARS, SalaConfig
 
 
 MARLIN_BITS = (4, 8)
@@ -106,7 +106,7 @@ class Rule:
     first: Optional[int] = None
     last: Optional[int] = None
 
-    def layer_ids(self, config) -> List[int]:
+    def layer_ids(self, config: SalaConfig) -> List[int]:
         if isinstance(self.layers, tuple):
             ids = [i for i in self.layers if i < config.num_hidden_layers]
         elif self.layers == "all":
@@ -150,7 +150,7 @@ class Recipe:
 
     # -- rendering -----------------------------------------------------------------------------------------
 
-    def render_dynamic(self, config) -> Dict[str, Dict[str, Any]]:
+    def render_dynamic(self, config: SalaConfig) -> Dict[str, Dict[str, Any]]:
         """The `dynamic` dict for GPTQModel and for the checkpoint's quantization_config (one renderer)."""
         dynamic: Dict[str, Dict[str, Any]] = {}
         for rule in self.rules:
@@ -171,7 +171,7 @@ class Recipe:
 
     # -- planning ------------------------------------------------------------------------------------------
 
-    def plan(self, config) -> Dict[str, Optional[ModuleQuant]]:
+    def plan(self, config: SalaConfig) -> Dict[str, Optional[ModuleQuant]]:
         """Full HF name of every decoder linear -> its grid, or None when it stays 16-bit.
 
         Computed from the rendered `dynamic` (the same first-match regex walk GPTQModel and SGLang do), so the
@@ -179,7 +179,7 @@ class Recipe:
         """
         return resolve_plan(config, self.render_dynamic(config), self.base)
 
-    def validate_for(self, config) -> None:
+    def validate_for(self, config: SalaConfig) -> None:
         """Refuse, before any work, a recipe whose quantized modules Marlin cannot serve for this config."""
         for k, rule in enumerate(self.rules, 1):
             ids = rule.layer_ids(config)
@@ -229,7 +229,7 @@ def rule_regex(layer_ids: Sequence[int], modules: Sequence[str]) -> str:
     return rf"model\.layers\.{layers}\.{_alt(_spellings(modules))}$"
 
 
-def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str):
+def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str) -> Union[bool, Dict[str, Any], None]:
     """First-match semantics shared by GPTQModel and SGLang: False (skip), a dict (overrides) or None."""
     for key, over in dynamic.items():
         negative = key.startswith("-:")
@@ -239,7 +239,7 @@ def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str):
     return None
 
 
-def resolve_plan(config, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) -> Dict[str, Optional[ModuleQuant]]:
+def resolve_plan(config: SalaConfig, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) -> Dict[str, Optional[ModuleQuant]]:
     plan: Dict[str, Optional[ModuleQuant]] = {}
     for name in decoder_linear_names(config):
         hit = match_dynamic(dynamic, name)
@@ -256,7 +256,7 @@ def resolve_plan(config, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) 
     return plan
 
 
-def decoder_linear_names(config: Any) -> List[str]:
+def decoder_linear_names(config: SalaConfig) -> List[str]:
     return list(config.decoder_linears())
 
 

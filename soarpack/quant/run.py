@@ -160,7 +160,8 @@ def check_inputs(model_dir: Path, out_dir: Path, opts: QuantizeOptions, log: "Ru
 
 
 def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "RunLog") -> CalibrationData:
-    from soarpack.quant.calib import build_calibration, build_held_out, load_tokenizer
+    from soarpack.quant.calib import build_calibration, build_held_out
+    from soarpack.sala.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     c = run.calibration

@@ -53,11 +53,11 @@ class VerifyReport:
                 "module_errors": self.module_errors}
 
 
-def verify_checkpoint(ckpt_dir, original=None, *, device: str = "cpu") -> List[Problem]:
+def verify_checkpoint(ckpt_dir: str | Path, original: Optional[str | Path] = None, *, device: str = "cpu") -> List[Problem]:
     return verify_report(ckpt_dir, original, device=device).problems
 
 
-def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None, device: str = "cpu") -> VerifyReport:
+def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *, output_name: Optional[str] = None, device: str = "cpu") -> VerifyReport:
     """Check a written checkpoint; `device` is where tensors are unpacked and dequantized (a GPU makes the
     per-module comparison of a 9B model take seconds instead of minutes)."""
     from soarpack.sala.checkpoint import iter_tensors, weight_files

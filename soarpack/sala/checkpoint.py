@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 from safetensors import safe_open
@@ -18,6 +18,9 @@ from safetensors.torch import save_file
 from soarpack.errors import CheckpointError
 from soarpack.fsutil import atomic_write_json
 from soarpack.sala.config import SalaConfig, load_config
+
+if TYPE_CHECKING:
+    from soarpack.sala.model import SalaForCausalLM
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -100,7 +103,7 @@ def load_model(
     return finish_loading(model, ckpt, device)
 
 
-def empty_model(cfg: SalaConfig):
+def empty_model(cfg: SalaConfig) -> SalaForCausalLM:
     """`SalaForCausalLM` on the meta device: no memory and no random init until tensors are assigned."""
     from soarpack.sala.model import SalaForCausalLM
 
@@ -113,7 +116,7 @@ def assign_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> No
     setattr(model.get_submodule(module_name), attr, torch.nn.Parameter(tensor, requires_grad=False))
 
 
-def finish_loading(model, ckpt: str | Path, device: str | torch.device):
+def finish_loading(model: SalaForCausalLM, ckpt: str | Path, device: str | torch.device) -> SalaForCausalLM:
     """After every tensor is assigned: tie embeddings, rebuild the decay buffers, refuse any parameter left on meta."""
     cfg = model.config
     if cfg.tie_word_embeddings:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
@@ -19,6 +19,9 @@ from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_dir
 from soarpack.sala.config import LIGHTNING, SPARSE, SalaConfig
 from soarpack.sala.checkpoint import save_state_dict
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|fim_pad|>"]
 
@@ -136,7 +139,7 @@ def corpus(n_lines: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 24))) for _ in range(n_lines)]
 
 
-def train_tokenizer(vocab_size: int, seed: int):
+def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
     """A byte-level BPE tokenizer with SALA's special tokens at ids 0.. (bos 1, eos 2)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
