@@ -166,9 +166,6 @@ class Recipe:
                     dynamic[f"+:{body}"] = over
         return dynamic
 
-    gptqmodel_dynamic = render_dynamic
-    checkpoint_dynamic = render_dynamic
-
     # -- planning ------------------------------------------------------------------------------------------
 
     def plan(self, config: SalaConfig) -> Dict[str, Optional[ModuleQuant]]:
