@@ -10,7 +10,7 @@ sparse:Lightning ratio, and the tiny model's tokenizer. Then:
   sanity bound off because the weights are random) and prints its phases;
 - `--path gptqmodel-default`: the same `quantize` with the engine's "gptqmodel-defaults" mode: a plain SALA
   definition and `QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)` with every other setting at
-  GPTQModel's defaults, batch 1 (no KL report, no verify); our finalize writes the checkpoint.
+  GPTQModel's defaults but offload_to_disk, batch 1 (no KL report, no verify); our finalize writes the checkpoint.
 Peak GPU memory is torch's max_memory_allocated; peak host memory is VmHWM.
 """
 

@@ -156,9 +156,9 @@ def _quantize_config(recipe: Any, config: Any, device: str, defaults: bool, offl
     from gptqmodel.models._const import normalize_device  # private: see _PRIVATE
 
     dynamic = recipe.render_dynamic(config) or None
-    if defaults:
+    if defaults:  # GPTQModel's defaults, but for offload_to_disk: our finalize reads the packed tensors from memory
         qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=recipe.sym,
-                              desc_act=recipe.desc_act, dynamic=dynamic)
+                              desc_act=recipe.desc_act, dynamic=dynamic, offload_to_disk=offload_to_disk)
     else:
         qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=recipe.sym,
                               desc_act=recipe.desc_act, damp_percent=recipe.damp, true_sequential=True,
