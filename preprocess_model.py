@@ -112,13 +112,14 @@ def quantize_command(manifest: dict, inp: Path, out: Path, force: bool) -> list[
     recipe_path = BUNDLE / recipe
     cmd = [sys.executable, "-m", "soarpack", "quantize", str(inp), str(out),
            "--recipe", str(recipe_path) if recipe_path.is_file() else recipe]
-    for calib in quant.get("calib") or []:
-        # The same rule as soarpack.bundle.manifest.bundle_path_problem (this script imports nothing of soarpack).
-        if not isinstance(calib, str) or os.path.isabs(calib) or ".." in Path(calib).parts:
-            raise Failure(f"calibration entry {calib!r} in the manifest is not a path inside the bundle")
-        if not (BUNDLE / calib).is_file():
-            raise Failure(f"calibration file {calib} listed in the manifest is missing from the bundle")
-        cmd += ["--calib", str(BUNDLE / calib)]
+    for flag, key in (("--calib", "calib"), ("--held-out", "held_out")):
+        for name in quant.get(key) or []:
+            # The same rule as soarpack.bundle.manifest.bundle_path_problem (this script imports nothing of soarpack).
+            if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
+                raise Failure(f"{key} entry {name!r} in the manifest is not a path inside the bundle")
+            if not (BUNDLE / name).is_file():
+                raise Failure(f"{key} file {name} listed in the manifest is missing from the bundle")
+            cmd += [flag, str(BUNDLE / name)]
     cmd += [str(a) for a in quant.get("extra_args") or []]
     # Rehearsals (`soarpack check`) shrink the run on a tiny model; the platform never sets this.
     cmd += shlex.split(os.environ.get("SOARPACK_QUANTIZE_EXTRA", ""))

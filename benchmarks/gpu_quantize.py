@@ -8,9 +8,9 @@ sparse:Lightning ratio, and the tiny model's tokenizer. Then:
 - `--path soarpack`: `soarpack.quant.run.quantize` exactly as `soarpack quantize` runs it (recipe w4-full, 256
   built-in calibration rows up to 2048 tokens, damp 0.05, batch 4, shared-input Hessians, offload_to_disk=False,
   sanity bound off because the weights are random) and prints its phases;
-- `--path gptqmodel-default`: the same model and rows through a plain SALA definition and
-  `QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)` with every other setting at GPTQModel's
-  defaults, batch 1, then GPTQModel's `save()`.
+- `--path gptqmodel-default`: the same `quantize` with the engine's "gptqmodel-defaults" mode: a plain SALA
+  definition and `QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)` with every other setting at
+  GPTQModel's defaults but offload_to_disk, batch 1 (no KL report, no verify); our finalize writes the checkpoint.
 Peak GPU memory is torch's max_memory_allocated; peak host memory is VmHWM.
 """
 
@@ -69,50 +69,17 @@ def build_model(work: Path, layers: int, device: str, shape: str, seed: int = 0)
     return model
 
 
-def run_soarpack(model: Path, out: Path, device: str) -> dict:
+def run_quantize(model: Path, out: Path, device: str, engine: str) -> dict:
+    from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
 
+    opts = quantize_options(recipe="w4-full", rows=256, max_len=2048, device=device, force=True, sanity_max_loss=None,
+                            log_file=out.parent / "quantize.log", engine=engine,
+                            quality=engine == "soarpack", verify=engine == "soarpack")
     t0 = time.perf_counter()
-    res = quantize(model, out, recipe="w4-full", num_rows=256, max_len=2048, device=device, force=True,
-                   sanity_max_loss=None, log_file=str(out.parent / "quantize.log"))
+    res = quantize(model, out, opts)
     return {"wall_s": time.perf_counter() - t0, "phases_s": res.timings, "gptq_regions_s": res.gptq_timings,
             "quantized_modules": res.quantized_modules, "rows": res.rows, "kl": res.quality.get("kl")}
-
-
-def run_gptqmodel_default(model: Path, out: Path, device: str) -> dict:
-    from gptqmodel import QuantizeConfig
-    from gptqmodel.models._const import normalize_device
-
-    from soarpack.quant.calib import build_calibration, load_tokenizer
-    from soarpack.sala.checkpoint import load_model
-    from soarpack.sala.config import load_config
-    from soarpack.sala.hf import gptq_definition, wrap_for_hf
-
-    t0 = time.perf_counter()
-    config = load_config(model)
-    rows = build_calibration(None, load_tokenizer(model), rows=256, max_len=2048, seed=0, dense_len=config.dense_len)
-    examples = [{"input_ids": torch.tensor([r.ids]), "attention_mask": torch.ones(1, len(r.ids), dtype=torch.long)}
-                for r in rows[:256]]
-    t_load = time.perf_counter()
-    sala = load_model(model, dtype=torch.bfloat16, device="cpu", config=config)
-    hf = wrap_for_hf(sala)
-    hf.seqlen = config.dense_len
-    qcfg = QuantizeConfig(bits=4, group_size=128, sym=True, desc_act=False)
-    qcfg.device = normalize_device(device)
-    gm = gptq_definition(shared_input=False)(hf, quantized=False, quantize_config=qcfg, tokenizer=None,
-                                             model_local_path=str(model))
-    t_q = time.perf_counter()
-    gm.quantize(examples, batch_size=1)
-    t_save = time.perf_counter()
-    save_error = None
-    try:
-        gm.save(str(out))
-    except Exception as exc:  # its save() expects a transformers checkpoint of its own
-        save_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-    t_end = time.perf_counter()
-    return {"wall_s": t_end - t0, "phases_s": {"calibration": t_load - t0, "load": t_q - t_load,
-                                               "gptq": t_save - t_q, "save": t_end - t_save},
-            "rows": len(examples), "save_error": save_error}
 
 
 def main() -> None:
@@ -132,7 +99,7 @@ def main() -> None:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     out = args.work / f"out-{args.path}"
-    result = (run_soarpack if args.path == "soarpack" else run_gptqmodel_default)(model, out, args.device)
+    result = run_quantize(model, out, args.device, "soarpack" if args.path == "soarpack" else "gptqmodel-defaults")
     result.update(path=args.path, layers=args.layers, build_model_s=build_s,
                   peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None, peak_host_gib=hwm_gib(),
                   per_layer_gptq_s=result["phases_s"]["gptq"] / args.layers,

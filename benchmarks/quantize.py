@@ -2,14 +2,16 @@
 
     .venv/bin/python benchmarks/quantize.py [--rows 32] [--max-len 256] [--only tiny|wide] [--repeat 3]
 
-For each model (the tiny test model, and a wider synthetic one) and each path, a fresh subprocess quantizes with
-the same SALA definition and rows, and reports wall time, peak RSS and the per-phase breakdown
-(forward, Hessian, solve, pack, save) from GPTQModel's region timer plus our save.
+For each model (the tiny test model, and a wider synthetic one) and each path, a fresh subprocess runs the
+production `soarpack.quant.run.quantize` (no KL report, no verify, no sanity bound) and reports wall time, peak RSS
+and the per-phase breakdown (forward, Hessian, solve, pack, save) from GPTQModel's region timer plus our save.
 
-- soarpack: our definition with shared-input Hessians (`:in=` tags), batches of 4 rows, `offload_to_disk=False`,
-  no RTN fallback, `pack_impl="gpu"` on CUDA, our finalize (tensors + config).
-- gptqmodel-default: the plain SALA definition peers used (one Hessian per module), batch 1,
-  `QuantizeConfig(bits, group_size, sym, desc_act)` with everything else at GPTQModel's defaults, then `model.save()`.
+- soarpack: the engine's own mode: shared-input Hessians (`:in=` tags), batches of 4 rows, `offload_to_disk=False`,
+  no RTN fallback, `pack_impl="gpu"` on CUDA.
+- gptqmodel-default: the engine's "gptqmodel-defaults" mode: the plain SALA definition peers used (one Hessian per
+  module), batch 1, `QuantizeConfig(bits, group_size, sym, desc_act)` with everything else at GPTQModel's defaults
+  but `offload_to_disk=False` (our finalize reads the packed tensors from memory; before, this path offloaded).
+Both write the checkpoint with our finalize (GPTQModel's own `save()` expects a transformers checkpoint of its own).
 Phase columns are GPTQModel's region totals, summed over its worker threads, so they can exceed the wall time.
 Prints one table; the last column is soarpack / default wall time (target <= 0.5 on CPU).
 """
@@ -48,65 +50,24 @@ def phases(regions: dict, save_s: float) -> dict:
 
 
 def child(variant: str, model_dir: str, rows: int, max_len: int) -> dict:
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-    import torch
+    """One production `quantize` run: soarpack's engine mode, or the engine's GPTQModel-defaults mode."""
+    from soarpack.quant.engine import ensure_supported
+    from soarpack.quant.options import quantize_options
+    from soarpack.quant.run import quantize
 
-    from soarpack.quant.calib import load_calibration
-    from soarpack.quant.recipe import load_recipe
-    from soarpack.sala.checkpoint import load_model
-    from soarpack.sala.config import load_config
-    from soarpack.sala.hf import gptq_definition, wrap_for_hf
+    ensure_supported()  # imports GPTQModel (seconds) outside the timed region, as every variant did before
 
+    out = Path(tempfile.mkdtemp(prefix=f"bench-{variant}-")) / "out"
+    opts = quantize_options(recipe="w4-full", rows=rows, max_len=max_len, device="cpu", sanity_max_loss=None,
+                            quality=False, verify=False, engine=variant.replace("gptqmodel-default", "gptqmodel-defaults"))
     t_start = time.perf_counter()
-    config = load_config(model_dir)
-    recipe = load_recipe("w4-full")
-    calib = load_calibration(None, model_dir, rows=rows, max_len=max_len, seed=0)
-    examples = [{"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)} for ids in calib]
-    sala = load_model(model_dir, dtype=torch.bfloat16)
-    hf = wrap_for_hf(sala)
-    hf.seqlen = config.dense_len
-    from gptqmodel import QuantizeConfig
-    from gptqmodel.models._const import normalize_device
-
-    if variant == "soarpack":
-        from soarpack.quant.run import _gptqmodel_quant_config
-
-        qcfg = _gptqmodel_quant_config(recipe, config, "cpu", offload_to_disk=False)
-    else:
-        qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=True, desc_act=False)
-        qcfg.device = normalize_device("cpu")
-    definition = gptq_definition(shared_input=variant == "soarpack")
-    gm = definition(hf, quantized=False, quantize_config=qcfg, tokenizer=None, model_local_path=model_dir)
-    t0 = time.perf_counter()
-    from soarpack.quant.run import DEFAULT_BATCH
-
-    gm.quantize(examples, batch_size=DEFAULT_BATCH if variant == "soarpack" else 1)
-    t_gptq = time.perf_counter() - t0
-    from soarpack.quant.run import _gptq_region_totals
-
-    regions = _gptq_region_totals(gm)
-    out = tempfile.mkdtemp(prefix=f"bench-{variant}-")
-    t0 = time.perf_counter()
-    save_error = None
-    if variant == "soarpack":
-        from soarpack.quant.finalize import collect_tensors, extract_quantized, quantization_config, write_config
-        from soarpack.sala.checkpoint import iter_tensors, save_state_dict
-
-        save_state_dict(collect_tensors(extract_quantized(sala), iter_tensors(model_dir)), out)
-        write_config(Path(model_dir), Path(out), quantization_config(recipe, config))
-    else:
-        try:
-            gm.save(out)
-        except Exception as exc:  # GPTQModel's save expects a transformers checkpoint of its own
-            save_error = f"{type(exc).__name__}: {str(exc)[:120]}"
-    t_save = time.perf_counter() - t0
+    result = quantize(model_dir, out, opts)
     return {
         "variant": variant,
         "wall_s": round(time.perf_counter() - t_start, 2),
-        "gptq_s": round(t_gptq, 2),
+        "gptq_s": round(result.timings["gptq"], 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "phases": phases(regions, t_save),
-        "save_error": save_error,
+        "phases": phases(result.gptq_timings, result.timings["save"]),
     }
 
 
@@ -156,8 +117,6 @@ def main() -> None:
             ratio = f"{ours['wall_s'] / base['wall_s']:.2f}" if r is ours else ""
             print(f"{name:6} {r['variant']:18} {r['wall_s']:7.1f} {r['gptq_s']:7.1f} {r['peak_rss_mib']:8.0f} "
                   f"{p['forward']:6.1f} {p['hessian']:6.1f} {p['solve']:6.1f} {p['pack']:6.1f} {p['save']:6.1f} {ratio:>6}")
-            if r.get("save_error"):
-                print(f"       ({r['variant']} save failed: {r['save_error']})")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ def read_toml(path: Path) -> Dict[str, Any]:
         return _toml.loads(Path(path).read_text(encoding="utf-8"))
     except _toml.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})", "fix the syntax at the line named") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", "a recipe is a UTF-8 TOML file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
 

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from soarpack.cli import app
 from soarpack.errors import ConfigError, InputDataError
-from soarpack.quant.calib import (BUILTIN_TASKS, build_calibration, builtin_prompts, load_calibration,
-                                  load_tokenizer, summarize, write_builtin_calibration)
+from soarpack.quant.calib import (BUILTIN_TASKS, build_calibration, build_held_out, builtin_prompts, load_calibration,
+                                  summarize, write_builtin_calibration)
+from soarpack.sala.tokenizer import load_tokenizer
 from soarpack.sala.tiny import make_tiny_model
 
 
@@ -96,9 +97,9 @@ def test_max_len_must_stay_under_dense_len(tok):
 
 
 def test_summary_and_written_builtin_file(tmp_path, tok):
-    path = write_builtin_calibration(tmp_path / "calib.jsonl", n=10, seed=4)
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines == builtin_prompts(10, seed=4)
+    path = write_builtin_calibration(tmp_path / "calib.jsonl", n=10, seed=4, max_len=128)
+    # The shipped file holds exactly the rows a local run with the same settings generates.
+    assert build_calibration([path], tok, rows=10, max_len=128, seed=4) == build_calibration(None, tok, rows=10, max_len=128, seed=4)
     rows = build_calibration([path], tok, rows=10, max_len=128, seed=0)
     s = summarize(rows, 128)
     assert s["rows"] == 10 and sum(s["length_histogram"].values()) == 10
@@ -113,3 +114,12 @@ def test_calib_cli_preview(tiny):
     assert out["rows"] == 10 and set(out["tasks"]) == set(BUILTIN_TASKS)
     res = CliRunner().invoke(app, ["calib", "--tokenizer", str(tiny), "--max-len", "9000"])
     assert res.exit_code == 2 and "dense_len" in res.output
+
+
+def test_held_out_rows_never_calibration_rows(tmp_path, tok):
+    calib = build_calibration(None, tok, rows=12, max_len=128, seed=0)
+    held = build_held_out(None, tok, rows=4, max_len=128, seed=0, calibration=calib)
+    assert len(held) == 4 and not {tuple(r.ids) for r in held} & {tuple(r.ids) for r in calib}
+    both = write_builtin_calibration(tmp_path / "both.jsonl", n=12, seed=0, max_len=128)
+    with pytest.raises(InputDataError, match="held-out row 1 is also a calibration row"):
+        build_held_out([both], tok, rows=1, max_len=128, seed=0, calibration=build_calibration([both], tok, rows=12, max_len=128, seed=0))

@@ -18,14 +18,19 @@ from soarpack.errors import CheckpointError, ConfigError, OutputExistsError
 from soarpack.quant.calib import load_calibration
 from soarpack.quant.dequantize import load_dequantized
 from soarpack.quant.gptq_format import pack_cols, rtn_on_grid
+from soarpack.quant.options import quantize_options
 from soarpack.quant.run import kl_stats, next_token_logprobs, quantize
 from soarpack.quant.verify import verify_checkpoint
 from soarpack.sala.checkpoint import load_model, read_state_dict
 from soarpack.sala.tiny import make_tiny_model
+from soarpack.sala.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.gptq]
-os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-FAST = dict(num_rows=16, max_len=128, seed=0, device="cpu", quiet=True)
+FAST = dict(rows=16, max_len=128, seed=0, device="cpu")
+
+
+def opts(**kw):
+    return quantize_options(**{**FAST, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +46,20 @@ def tiny(work):
 @pytest.fixture(scope="module")
 def full(work, tiny):
     out = work / "w4-full"
-    result = quantize(tiny, out, recipe="w4-full", log_file=work / "full.log", **FAST)
+    result = quantize(tiny, out, opts(recipe="w4-full", log_file=work / "full.log"))
     return out, result
 
 
 @pytest.fixture(scope="module")
 def mlp(work, tiny):
     out = work / "w4-mlp"
-    quantize(tiny, out, recipe="w4-mlp", quality=False, **FAST)
+    quantize(tiny, out, opts(recipe="w4-mlp", quality=False))
     return out
 
 
 @pytest.fixture(scope="module")
 def held_out(tiny):
-    return [r[-256:] for r in load_calibration(None, tiny, rows=6, max_len=256, seed=99)]
+    return [r[-256:] for r in load_calibration(None, load_tokenizer(tiny), rows=6, max_len=256, seed=99)]
 
 
 def test_full_run_verifies_and_reports_phases(full, tiny, work):
@@ -218,7 +223,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tiny, work, monkeypa
     monkeypatch.setattr(finalize, "copy_side_files", interrupted)
     out = work / "interrupted"
     with pytest.raises(KeyboardInterrupt):
-        quantize(tiny, out, recipe="w4-mlp", quality=False, **dict(FAST, num_rows=4))
+        quantize(tiny, out, opts(recipe="w4-mlp", quality=False, rows=4))
     assert not out.exists()
     assert not [p for p in work.iterdir() if p.name.startswith(".interrupted")]
 
@@ -226,52 +231,43 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tiny, work, monkeypa
 def test_refusals_before_any_work(tiny, work, full):
     out, _ = full
     with pytest.raises(OutputExistsError):
-        quantize(tiny, out, recipe="w4-mlp", **FAST)
+        quantize(tiny, out, opts(recipe="w4-mlp"))
     with pytest.raises(ConfigError, match="minicpm_sala|config.json"):
-        quantize(work, work / "x", **FAST)  # not a SALA checkpoint
+        quantize(work, work / "x", opts())  # not a SALA checkpoint
     with pytest.raises(ConfigError, match="dense_len"):
-        quantize(tiny, work / "x", **dict(FAST, max_len=8192))
+        quantize(tiny, work / "x", opts(max_len=8192))
     # A model whose loss is above the bound stops at the sanity check (random tiny model: ~6.2 nats).
     with pytest.raises(CheckpointError, match="sanity bound"):
-        quantize(tiny, work / "x", sanity_max_loss=1.0, **FAST)
+        quantize(tiny, work / "x", opts(sanity_max_loss=1.0))
     assert not (work / "x").exists()
     res = CliRunner().invoke(app, ["quantize", str(work), str(work / "y")])
     assert res.exit_code == 2 and "config.json is missing" in res.output
 
 
-def test_shared_input_hessians_give_the_same_result_as_one_per_module(tiny, monkeypatch):
-    """The `:in=` tags of our GPTQModel definition (one Hessian per input) must not change a single packed bit."""
-    from gptqmodel.looper.gptq_processor import GPTQProcessor
-
-    from soarpack.quant.finalize import extract_quantized
-    from soarpack.quant.recipe import load_recipe
-    from soarpack.quant.run import _gptqmodel_quant_config
-    from soarpack.sala.config import load_config
-    from soarpack.sala.hf import gptq_definition, wrap_for_hf
-
-    config = load_config(tiny)
-    rows = load_calibration(None, tiny, rows=8, max_len=128, seed=0)
-    packed, dedups, processors = [], [], []
-    real_init = GPTQProcessor.__init__
-
-    def recording_init(self, *a, **k):
-        real_init(self, *a, **k)
-        processors.append(self)
-
-    monkeypatch.setattr(GPTQProcessor, "__init__", recording_init)
+def test_shared_input_hessians_give_the_same_result_as_one_per_module(tiny, work):
+    """The `:in=` tags of our GPTQModel definition (one Hessian per input) must not change a single packed bit.
+    Both runs go through the production `quantize`; only the options' switch differs."""
+    packed, hessians = [], []
     for shared in (True, False):
-        processors.clear()
-        sala = load_model(tiny, dtype=torch.bfloat16)
-        hf = wrap_for_hf(sala)
-        qcfg = _gptqmodel_quant_config(load_recipe("w4-full"), config, "cpu", offload_to_disk=False)
-        gm = gptq_definition(shared_input=shared)(hf, quantized=False, quantize_config=qcfg, tokenizer=None,
-                                                   model_local_path=str(tiny))
-        gm.quantize([{"input_ids": torch.tensor([r]), "attention_mask": torch.ones(1, len(r), dtype=torch.long)}
-                     for r in rows], batch_size=1)
-        packed.append(extract_quantized(sala))
-        dedups.append(sum(p.shared_input_dedup_count for p in processors))
-    assert dedups[0] > 0 and dedups[1] == 0, dedups  # the shared run really reused Hessians
-    assert packed[0].keys() == packed[1].keys() and len(packed[0]) == 32
-    for module in packed[0]:
-        for part in ("qweight", "qzeros", "scales", "g_idx"):
-            assert torch.equal(packed[0][module][part], packed[1][module][part]), (module, part)
+        out = work / f"hessians-shared-{shared}"
+        result = quantize(tiny, out, opts(recipe="w4-full", rows=8, batch=1, quality=False, verify=False,
+                                          shared_input_hessians=shared))
+        packed.append(load_file(out / "model.safetensors"))
+        hessians.append(result.gptq_counts["hessian_inverse"])
+    # One Hessian per input: q/k/v/gate share one, gate_proj/up_proj another, so fewer inversions.
+    assert hessians[0] < hessians[1], hessians
+    assert packed[0].keys() == packed[1].keys() and len(_quantized_modules(work / "hessians-shared-True")) == 32
+    for name in packed[0]:
+        assert torch.equal(packed[0][name], packed[1][name]), name
+
+
+def test_a_model_with_both_output_gates_off_round_trips(work):
+    """The module catalogue follows the config: no o_gate/z_proj in the weights, the plan, GPTQ or verify."""
+    model = make_tiny_model(work / "no-gates", num_layers=4,
+                            config_overrides={"attn_use_output_gate": False, "use_output_gate": False})
+    assert not [k for k in read_state_dict(model) if "o_gate" in k or "z_proj" in k]
+    out = work / "no-gates-w4-full"
+    result = quantize(model, out, opts(recipe="w4-full", rows=8))
+    assert (result.quantized_modules, result.skipped_modules) == (4 * 7, 0)
+    assert verify_checkpoint(out, original=model) == []
+    assert result.quality["kl"]["top1_agreement"] > 0.7

@@ -5,7 +5,8 @@ The tree:
     bundle.env       profile name, SGLANG_SERVER_ARGS, fallback args, SGLang mode (sourced by prepare_env.sh)
     MANIFEST.json    versions, profile, recipe, calibration, patches, wheels, sha256 + size of every file
     src/             soarpack's source (package, pyproject.toml, sglang/ patch set), put on the overlay's path
-    calib/           calibration JSONL (the built-in prompts unless --calib is given)
+    calib/           calibration JSONL (the built-in prompts unless --calib is given) and heldout.jsonl (built-in
+                     prompts of their own seed stream, for the sanity loss and KL; never calibration rows)
     wheels/          the quantization stack for CPython 3.10 manylinux x86_64 (unless --no-wheels)
     recipe.toml      only for --recipe FILE
     sglang/python/   only for --sglang-src DIR: the fork with our patches applied
@@ -32,7 +33,6 @@ from soarpack.errors import ConfigError, SoarpackError
 from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
 
 PLATFORM = "platform"
-DEFAULT_CALIB_ROWS = 256
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 
 
@@ -85,21 +85,26 @@ def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
     return str(recipe), rec
 
 
-def _calibration(stage: Path, calib: Sequence[Path], rows: int) -> List[str]:
+def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any) -> tuple:
+    """(calibration files, held-out files) as the manifest names them; the rows, length and seed the recipe sets."""
     from soarpack.quant.calib import read_examples, write_builtin_calibration
+    from soarpack.quant.options import HELD_OUT_ROWS, CalibrationOverrides, resolve_calibration
 
     out_dir = stage / layout.CALIB_DIR
     out_dir.mkdir()
+    settings, _ = resolve_calibration(CalibrationOverrides(rows=rows), rec.calibration)
+    write_builtin_calibration(out_dir / "heldout.jsonl", HELD_OUT_ROWS, settings.seed, settings.max_len, held_out=True)
+    held_out = [f"{layout.CALIB_DIR}/heldout.jsonl"]
     if not calib:
-        write_builtin_calibration(out_dir / "builtin.jsonl", rows, 0)
-        return [f"{layout.CALIB_DIR}/builtin.jsonl"]
+        write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len)
+        return [f"{layout.CALIB_DIR}/builtin.jsonl"], held_out
     names = []
     for i, path in enumerate(calib):
         read_examples(path)  # a broken line stops the build here, with file and line, not on the platform
         name = f"{i:02d}-{Path(path).name}"
         shutil.copyfile(path, out_dir / name)
         names.append(f"{layout.CALIB_DIR}/{name}")
-    return names
+    return names, held_out
 
 
 def _sglang(stage: Path, sglang_src: Union[str, Path], patches: Sequence[str]) -> Dict[str, Any]:
@@ -215,7 +220,7 @@ def build_bundle(
     wheels: bool = True,
     wheel_dir: Optional[Union[str, Path]] = None,
     cache_dir: Optional[Union[str, Path]] = None,
-    calib_rows: int = DEFAULT_CALIB_ROWS,
+    calib_rows: Optional[int] = None,  # default: the recipe's, else soarpack.quant.options.CALIBRATION_DEFAULTS
     max_bytes: int = layout.MAX_BYTES,
     warn_bytes: int = layout.WARN_BYTES,
     log: Callable[[str], None] = print,
@@ -252,7 +257,7 @@ def build_bundle(
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
         log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
         _copy_sources(stage)
-        calib_names = _calibration(stage, calib, calib_rows)
+        calib_names, held_out_names = _calibration(stage, calib, calib_rows, rec)
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
@@ -275,7 +280,8 @@ def build_bundle(
             "soarpack_version": soarpack.__version__,
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
-            "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names, "extra_args": []},
+            "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names,
+                         "held_out": held_out_names, "extra_args": []},
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
         }

@@ -11,36 +11,43 @@ import typer
 from soarpack.cli import command
 from soarpack.errors import CheckpointError
 
-_DEFAULT_ROWS = 256
-_DEFAULT_MAX_LEN = 2048
+from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
+from soarpack.quant.options import QuantizeOptions
+
+_D = QuantizeOptions()
 
 
 @command("quantize")
 def quantize_cmd(
     model_dir: Path = typer.Argument(..., help="The original MiniCPM-SALA checkpoint directory."),
     out_dir: Path = typer.Argument(..., help="Where to write the GPTQ checkpoint (atomically)."),
-    recipe: str = typer.Option("w4-mlp", "--recipe", help="A built-in recipe name or a recipe .toml file."),
+    recipe: str = typer.Option(_D.recipe, "--recipe", help="A built-in recipe name or a recipe .toml file."),
     calib: Optional[List[Path]] = typer.Option(None, "--calib", help="Calibration file(s); repeatable. Default: built-in prompts."),
-    rows: int = typer.Option(_DEFAULT_ROWS, "--rows", help="Calibration rows."),
-    max_len: int = typer.Option(_DEFAULT_MAX_LEN, "--max-len", help="Tokens per row (left-truncated; < dense_len)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for calibration selection and generation."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty output directory."),
+    held_out: Optional[List[Path]] = typer.Option(None, "--held-out", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
+    rows: Optional[int] = typer.Option(None, "--rows", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
+    max_len: Optional[int] = typer.Option(None, "--max-len", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
+    seed: Optional[int] = typer.Option(None, "--seed", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
+    device: str = typer.Option(_D.device, "--device", help="auto, cpu or cuda."),
+    force: bool = typer.Option(_D.force, "--force", help="Replace a non-empty output directory."),
     log: Optional[Path] = typer.Option(None, "--log", help="Append a plain log of every phase to this file."),
-    max_sanity_loss: float = typer.Option(8.0, "--max-sanity-loss", help="Stop if the original model's loss (nats) exceeds this."),
+    max_sanity_loss: float = typer.Option(_D.sanity_max_loss, "--max-sanity-loss", help="Stop if the original model's loss (nats) exceeds this."),
     fp16: bool = typer.Option(False, "--fp16", help="Store non-quantized tensors in float16 (default: keep bfloat16)."),
-    auto_map: str = typer.Option("keep", "--auto-map", help="keep | drop-config (remove auto_map.AutoConfig)."),
-    batch: int = typer.Option(4, "--batch", help="Calibration rows per forward (padding is masked out of the Hessian)."),
+    auto_map: str = typer.Option(_D.auto_map, "--auto-map", help="keep | drop-config (remove auto_map.AutoConfig)."),
+    batch: Optional[int] = typer.Option(None, "--batch", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
     no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality report."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """GPTQ-quantize MODEL_DIR with a recipe into OUT_DIR, ready for SGLang's gptq_marlin."""
+    from soarpack.cli.progress import QuantizeProgress
+    from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
 
-    result = quantize(model_dir, out_dir, recipe=recipe, calib=calib or None, num_rows=rows, max_len=max_len,
-                      seed=seed, device=device, force=force, log_file=log, sanity_max_loss=max_sanity_loss,
-                      float_dtype="float16" if fp16 else "bfloat16", auto_map=auto_map, batch_size=batch,
-                      quality=not no_report)
+    opts = quantize_options(recipe=recipe, calib=calib or None, held_out=held_out or None, rows=rows,
+                            max_len=max_len, seed=seed, batch=batch, device=device, force=force, log_file=log,
+                            sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
+                            auto_map=auto_map, quality=not no_report)
+    with QuantizeProgress() as progress:
+        result = quantize(model_dir, out_dir, opts, on_event=progress.render)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -105,9 +112,9 @@ def verify_cmd(
 def calib_cmd(
     files: Optional[List[Path]] = typer.Argument(None, help="JSONL/text calibration files; none = built-in prompts."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="Model directory whose tokenizer and chat template to use."),
-    rows: int = typer.Option(_DEFAULT_ROWS, "--rows"),
-    max_len: int = typer.Option(_DEFAULT_MAX_LEN, "--max-len"),
-    seed: int = typer.Option(0, "--seed"),
+    rows: int = typer.Option(_CAL.rows, "--rows"),
+    max_len: int = typer.Option(_CAL.max_len, "--max-len"),
+    seed: int = typer.Option(_CAL.seed, "--seed"),
     write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", help="Also write the built-in prompts as JSONL here."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -122,10 +129,12 @@ def calib_cmd(
             dense_len = load_config(tokenizer).dense_len
         except Exception:
             dense_len = None
-    data = build_calibration(files or None, tokenizer, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
+    from soarpack.sala.tokenizer import load_tokenizer
+
+    data = build_calibration(files or None, load_tokenizer(tokenizer), rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
     summary = summarize(data, max_len)
     if write_builtin:
-        write_builtin_calibration(write_builtin, rows, seed)
+        write_builtin_calibration(write_builtin, rows, seed, max_len)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, InputDataError
+from soarpack.quant.options import CALIBRATION_DEFAULTS
 
-DEFAULT_ROWS = 256
-DEFAULT_MAX_LEN = 2048
 MIN_ROW_TOKENS = 8
+HELD_OUT_SEED_OFFSET = 1_000_003  # the built-in held-out prompts come from their own seed stream
 BUILTIN_TASKS = ("niah", "kv", "cwe", "fwe", "mcq")
 
 
@@ -156,16 +156,7 @@ def read_examples(path: str | Path) -> List[Example]:
 # -- tokenization -------------------------------------------------------------------------------------------
 
 
-def load_tokenizer(tokenizer_or_dir):
-    """A tokenizer object as is, or the tokenizer of a model directory."""
-    if not isinstance(tokenizer_or_dir, (str, Path)):
-        return tokenizer_or_dir
-    from soarpack.sala.tokenizer import load_tokenizer as load_from_dir
-
-    return load_from_dir(tokenizer_or_dir)
-
-
-def encode_example(ex: Example, tokenizer) -> List[int]:
+def encode_example(ex: Example, tokenizer: Any) -> List[int]:
     if ex.messages is not None:
         if not getattr(tokenizer, "chat_template", None):
             if ex.answer is None and len(ex.messages) == 1:
@@ -214,18 +205,22 @@ def check_max_len(max_len: int, dense_len: Optional[int]) -> None:
         )
 
 
-def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer, *, rows: int = DEFAULT_ROWS,
-                      max_len: int = DEFAULT_MAX_LEN, seed: int = 0, dense_len: Optional[int] = None) -> List[CalibRow]:
+def builtin_max_words(max_len: int) -> int:
+    """Words per built-in prompt for rows of `max_len` tokens: local runs and the bundle's shipped file alike."""
+    return max(16, int(max_len * 0.9))
+
+
+def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer: Any, *, rows: int, max_len: int, seed: int,
+                      dense_len: Optional[int] = None) -> List[CalibRow]:
     """Tokenized, left-truncated, task-stratified rows; the built-in generator when no paths are given."""
     check_max_len(max_len, dense_len)
     if rows < 1:
         raise ConfigError(f"--rows {rows} must be at least 1")
-    tokenizer = load_tokenizer(tokenizer)
     paths = list(paths or [])
     if paths:
         examples = [ex for p in paths for ex in read_examples(p)]
     else:
-        examples = builtin_examples(rows, seed, max_words=max(16, int(max_len * 0.9)))
+        examples = builtin_examples(rows, seed, max_words=builtin_max_words(max_len))
     out = []
     for ex in stratified_pick(examples, rows, seed):
         ids = encode_example(ex, tokenizer)
@@ -237,10 +232,24 @@ def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer, *, rows:
     return out
 
 
-def load_calibration(paths, tokenizer, *, rows: int = DEFAULT_ROWS, max_len: int = DEFAULT_MAX_LEN, seed: int = 0,
+def load_calibration(paths: Optional[Iterable[str | Path]], tokenizer: Any, *, rows: int, max_len: int, seed: int,
                      dense_len: Optional[int] = None) -> List[List[int]]:
     """Rows of token ids (see build_calibration)."""
     return [r.ids for r in build_calibration(paths, tokenizer, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)]
+
+
+def build_held_out(paths: Optional[Iterable[str | Path]], tokenizer: Any, *, rows: int, max_len: int, seed: int,
+                   calibration: Sequence[CalibRow], dense_len: Optional[int] = None) -> List[CalibRow]:
+    """Held-out rows for the sanity loss and the KL report: from their own files, or from the built-in generator's
+    own seed stream; never a calibration row (a row found in both is refused)."""
+    held = build_calibration(paths, tokenizer, rows=rows, max_len=max_len, seed=seed + HELD_OUT_SEED_OFFSET,
+                             dense_len=dense_len)
+    seen = {tuple(r.ids) for r in calibration}
+    for k, row in enumerate(held):
+        if tuple(row.ids) in seen:
+            raise InputDataError(f"held-out row {k + 1} is also a calibration row",
+                                 "held-out data must be disjoint from the calibration data")
+    return held
 
 
 def summarize(rows: Sequence[CalibRow], max_len: int) -> Dict[str, Any]:
@@ -373,9 +382,12 @@ def builtin_examples(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Ex
     return [_example_from_obj(row, f"builtin:{k}") for k, row in enumerate(builtin_prompts(n, seed, max_words=max_words))]
 
 
-def write_builtin_calibration(path: str | Path, n: int = DEFAULT_ROWS, seed: int = 0, *, max_words: int = 3000) -> Path:
-    """Write the built-in prompts as a SOAR-format JSONL (what a bundle ships)."""
+def write_builtin_calibration(path: str | Path, n: int, seed: int, max_len: int = CALIBRATION_DEFAULTS.max_len, *,
+                              held_out: bool = False) -> Path:
+    """Write the built-in prompts as a SOAR-format JSONL (what a bundle ships): exactly the rows a local run with
+    the same settings generates; `held_out` writes the held-out stream instead."""
     from soarpack.fsutil import atomic_write_text
 
-    lines = [json.dumps(row, ensure_ascii=False) for row in builtin_prompts(n, seed, max_words=max_words)]
+    seed = seed + HELD_OUT_SEED_OFFSET if held_out else seed
+    lines = [json.dumps(row, ensure_ascii=False) for row in builtin_prompts(n, seed, max_words=builtin_max_words(max_len))]
     return atomic_write_text(path, "\n".join(lines) + "\n")

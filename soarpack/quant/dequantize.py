@@ -11,7 +11,8 @@ from soarpack.quant.gptq_format import dequantize
 from soarpack.quant.recipe import ModuleQuant, resolve_plan
 
 
-def load_dequantized(ckpt, dtype: torch.dtype = torch.float32, device: str = "cpu", *, marlin: bool = False):
+def load_dequantized(ckpt: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu", *,
+                     marlin: bool = False) -> torch.nn.Module:
     """Build the model from a GPTQ checkpoint, each quantized linear replaced by its dequantized weight.
 
     `marlin=True` reads the weights the way gptq_marlin does for sym (fixed zero 2^(b-1), qzeros ignored).

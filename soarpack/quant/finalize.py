@@ -35,7 +35,7 @@ QUANT_SUFFIXES = ("qweight", "qzeros", "scales", "g_idx")
 AUTO_MAP_MODES = ("keep", "drop-config")
 
 
-def quantization_config(recipe, config) -> Dict[str, Any]:
+def quantization_config(recipe: Any, config: Any) -> Dict[str, Any]:
     """The `quantization_config` of config.json (and quantize_config.json's content)."""
     return {
         "quant_method": "gptq",

@@ -32,9 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from soarpack.errors import ConfigError
+from pydantic import Field
+
 from soarpack import recipe_files
+from soarpack.errors import ConfigError
+from soarpack.quant.options import CalibrationOverrides
+from soarpack.quant.schema import StrictModel, validated
 from soarpack.recipe_files import builtin_names, read_toml
+from soarpack.sala.config import ALL_LINEARS, ATTN_LINEARS, MLP_LINEARS, SalaConfig
 
 
 MARLIN_BITS = (4, 8)
@@ -48,15 +53,37 @@ FUSED_GROUPS: Dict[str, Tuple[str, ...]] = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
 }
-# Every decoder linear, by its HF name relative to `model.layers.{i}.`.
-ATTN_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                "self_attn.o_gate", "self_attn.z_proj")
-MLP_MODULES = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-ALL_MODULES = ATTN_MODULES + MLP_MODULES
-MODULE_GROUPS = {"attn": ATTN_MODULES, "mlp": MLP_MODULES, "all": ALL_MODULES}
+MODULE_GROUPS = {"attn": ATTN_LINEARS, "mlp": MLP_LINEARS, "all": ALL_LINEARS}
 
 _BASE_KEYS = {"name", "description", "bits", "group_size", "sym", "desc_act", "damp", "rules"}
 _RULE_KEYS = {"layers", "first", "last", "modules", "quantize", "bits", "group_size", "note"}
+_RECIPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _RuleTypes(StrictModel):
+    """The types of a `[[quant.rules]]` entry (keys are checked before, meaning after)."""
+
+    layers: Union[str, List[int]] = "all"
+    first: Optional[int] = None
+    last: Optional[int] = None
+    modules: Union[str, List[str], None] = None
+    quantize: bool = True
+    bits: Optional[int] = None
+    group_size: Optional[int] = None
+    note: Optional[str] = None
+
+
+class _QuantTypes(StrictModel):
+    """The types of the `[quant]` table."""
+
+    name: Optional[str] = None
+    description: str = ""
+    bits: int = 4
+    group_size: int = 128
+    sym: bool = True
+    desc_act: bool = False
+    damp: float = Field(0.05, allow_inf_nan=False)
+    rules: List[Dict[str, Any]] = []
 
 
 @dataclass(frozen=True)
@@ -79,7 +106,7 @@ class Rule:
     first: Optional[int] = None
     last: Optional[int] = None
 
-    def layer_ids(self, config) -> List[int]:
+    def layer_ids(self, config: SalaConfig) -> List[int]:
         if isinstance(self.layers, tuple):
             ids = [i for i in self.layers if i < config.num_hidden_layers]
         elif self.layers == "all":
@@ -115,6 +142,7 @@ class Recipe:
     rules: Tuple[Rule, ...] = ()
     description: str = ""
     source: Optional[str] = field(default=None, compare=False)
+    calibration: Optional[CalibrationOverrides] = None  # the `[calibration]` table: what the recipe sets
 
     @property
     def base(self) -> ModuleQuant:
@@ -122,7 +150,7 @@ class Recipe:
 
     # -- rendering -----------------------------------------------------------------------------------------
 
-    def render_dynamic(self, config) -> Dict[str, Dict[str, Any]]:
+    def render_dynamic(self, config: SalaConfig) -> Dict[str, Dict[str, Any]]:
         """The `dynamic` dict for GPTQModel and for the checkpoint's quantization_config (one renderer)."""
         dynamic: Dict[str, Dict[str, Any]] = {}
         for rule in self.rules:
@@ -138,12 +166,9 @@ class Recipe:
                     dynamic[f"+:{body}"] = over
         return dynamic
 
-    gptqmodel_dynamic = render_dynamic
-    checkpoint_dynamic = render_dynamic
-
     # -- planning ------------------------------------------------------------------------------------------
 
-    def plan(self, config) -> Dict[str, Optional[ModuleQuant]]:
+    def plan(self, config: SalaConfig) -> Dict[str, Optional[ModuleQuant]]:
         """Full HF name of every decoder linear -> its grid, or None when it stays 16-bit.
 
         Computed from the rendered `dynamic` (the same first-match regex walk GPTQModel and SGLang do), so the
@@ -151,14 +176,21 @@ class Recipe:
         """
         return resolve_plan(config, self.render_dynamic(config), self.base)
 
-    def validate_for(self, config) -> None:
+    def validate_for(self, config: SalaConfig) -> None:
         """Refuse, before any work, a recipe whose quantized modules Marlin cannot serve for this config."""
+        for k, rule in enumerate(self.rules, 1):
+            ids = rule.layer_ids(config)
+            if not any(m in config.layer_linears(i) for i in ids for m in rule.modules):
+                raise ConfigError(f"recipe {self.name!r} rule {k} matches no module of this model "
+                                  f"(layers {list(ids) or _shown(rule.layers)}, modules {[m.split('.')[-1] for m in rule.modules]})",
+                                  f"the model has {config.num_hidden_layers} layers; fix or remove the rule")
         plan = self.plan(config)
+        shapes = config.decoder_linears()
         problems = []
         for name, mq in plan.items():
             if mq is None:
                 continue
-            out_f, in_f = module_shape(config, name)
+            out_f, in_f = shapes[name]
             if out_f % MARLIN_OUT_MULTIPLE or in_f % MARLIN_IN_MULTIPLE:
                 problems.append(f"{name} [{out_f}, {in_f}] (Marlin needs out % 64 and in % 128)")
             elif mq.group_size > 0 and in_f % mq.group_size:
@@ -169,6 +201,10 @@ class Recipe:
                 + (f" and {len(problems) - 1} more" if len(problems) > 1 else ""),
                 "keep those modules 16-bit with a `quantize = false` rule or pick another group_size",
             )
+
+
+def _shown(layers: Union[str, Tuple[int, ...]]) -> Union[str, List[int]]:
+    return list(layers) if isinstance(layers, tuple) else layers
 
 
 def _alt(names: Sequence[str]) -> str:
@@ -190,7 +226,7 @@ def rule_regex(layer_ids: Sequence[int], modules: Sequence[str]) -> str:
     return rf"model\.layers\.{layers}\.{_alt(_spellings(modules))}$"
 
 
-def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str):
+def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str) -> Union[bool, Dict[str, Any], None]:
     """First-match semantics shared by GPTQModel and SGLang: False (skip), a dict (overrides) or None."""
     for key, over in dynamic.items():
         negative = key.startswith("-:")
@@ -200,7 +236,7 @@ def match_dynamic(dynamic: Dict[str, Dict[str, Any]], module_name: str):
     return None
 
 
-def resolve_plan(config, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) -> Dict[str, Optional[ModuleQuant]]:
+def resolve_plan(config: SalaConfig, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) -> Dict[str, Optional[ModuleQuant]]:
     plan: Dict[str, Optional[ModuleQuant]] = {}
     for name in decoder_linear_names(config):
         hit = match_dynamic(dynamic, name)
@@ -217,28 +253,8 @@ def resolve_plan(config, dynamic: Dict[str, Dict[str, Any]], base: ModuleQuant) 
     return plan
 
 
-def layer_linear_names(config, i: int) -> List[str]:
-    """HF names (relative to the layer) of layer i's linears, in the config's own order."""
-    names = []
-    for name in config.linear_shapes(i):
-        rel = name.split(f"layers.{i}.", 1)[1] if f"layers.{i}." in name else name
-        names.append(rel[: -len(".weight")] if rel.endswith(".weight") else rel)
-    return names
-
-
-def decoder_linear_names(config) -> List[str]:
-    return [f"model.layers.{i}.{rel}" for i in range(config.num_hidden_layers) for rel in layer_linear_names(config, i)]
-
-
-def module_shape(config, full_name: str) -> Tuple[int, int]:
-    m = re.match(r"model\.layers\.(\d+)\.(.+)$", full_name)
-    if not m:
-        raise KeyError(full_name)
-    i, rel = int(m.group(1)), m.group(2)
-    for name, shape in config.linear_shapes(i).items():
-        if name == rel or name.endswith(f".{rel}") or name.endswith(f".{rel}.weight") or name == f"{rel}.weight":
-            return tuple(shape)
-    raise KeyError(full_name)
+def decoder_linear_names(config: SalaConfig) -> List[str]:
+    return list(config.decoder_linears())
 
 
 # -- loading ------------------------------------------------------------------------------------------------
@@ -249,7 +265,7 @@ def _expand_modules(raw: Any, where: str) -> Tuple[str, ...]:
         raw = [raw]
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: `modules` must be a non-empty list", 'e.g. modules = ["attn"] or ["qkv_proj", "o_proj"]')
-    known = {m.split(".")[-1]: m for m in ALL_MODULES}
+    known = {m.split(".")[-1]: m for m in ALL_LINEARS}
     fused_short = {f.split(".")[-1]: members for f, members in FUSED_GROUPS.items()}
     out: List[str] = []
     for item in raw:
@@ -286,11 +302,14 @@ def _check_grid(bits: Any, group_size: Any, where: str) -> None:
 
 
 def _parse_rule(raw: Dict[str, Any], where: str) -> Rule:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a rule must be a table ([[quant.rules]])")
     unknown = set(raw) - _RULE_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}", f"allowed: {', '.join(sorted(_RULE_KEYS))}")
     if "sym" in raw or "desc_act" in raw:
         raise ConfigError(f"{where}: per-rule sym/desc_act are not supported", "set them once in [quant]")
+    validated(_RuleTypes, raw, f"{where}: ")
     layers = raw.get("layers", "all")
     if isinstance(layers, list):
         if not all(isinstance(x, int) and x >= 0 for x in layers):
@@ -322,6 +341,11 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
     unknown = set(q) - _BASE_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) in [quant]: {', '.join(sorted(unknown))}", f"allowed: {', '.join(sorted(_BASE_KEYS))}")
+    validated(_QuantTypes, q, f"{where} [quant]: ")
+    calib = data.get("calibration")
+    if calib is not None and not isinstance(calib, dict):
+        raise ConfigError(f"{where}: calibration must be a table ([calibration])")
+    calibration = validated(CalibrationOverrides, calib, f"{where} [calibration]: ") if calib else None
     bits, group_size = q.get("bits", 4), q.get("group_size", 128)
     _check_grid(bits, group_size, f"{where} [quant]")
     sym, desc_act, damp = q.get("sym", True), q.get("desc_act", False), q.get("damp", 0.05)
@@ -337,7 +361,7 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
     rules = tuple(_parse_rule(r, f"{where} rule {k + 1}") for k, r in enumerate(rules_raw))
     return Recipe(name=str(q.get("name", default_name)), bits=bits, group_size=group_size, sym=True,
                   desc_act=desc_act, damp=float(damp), rules=rules, description=str(q.get("description", "")),
-                  source=source)
+                  source=source, calibration=calibration)
 
 
 def list_recipes() -> List[str]:
@@ -352,6 +376,9 @@ def load_recipe(name_or_path: Union[str, Path, Recipe]) -> Recipe:
     text = str(name_or_path)
     path = Path(text)
     if not (path.suffix == ".toml" or path.exists()):
+        if not _RECIPE_NAME.match(text):  # a name never leaves the recipes folder
+            raise ConfigError(f"recipe name {text!r} is not a built-in name",
+                              f"built-in recipes: {', '.join(list_recipes())}; or pass a .toml file")
         path = recipe_files.RECIPES_DIR / f"{text}.toml"
         if not path.exists():
             raise ConfigError(f"no recipe named {text!r}", f"built-in recipes: {', '.join(list_recipes())}; or pass a .toml file")

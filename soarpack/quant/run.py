@@ -1,30 +1,27 @@
-"""`soarpack quantize`: GPTQ W4A16 of a MiniCPM-SALA checkpoint with GPTQModel as the engine.
+"""`soarpack quantize`: GPTQ of a MiniCPM-SALA checkpoint, read top to bottom in `quantize()`.
 
-Phases (each timed and logged): check inputs → calibration → load → sanity (the original model's next-token loss
-on held-out rows must be finite and under a bound, so a wrong implementation or corrupt checkpoint stops here, not
-after twenty minutes) → gptq (GPTQModel: forward, Hessian, solve, pack, per layer) → quality (KL of the quantized
-model's next-token distributions against the original on the held-out rows) → save (temp dir) → verify → rename.
+recipe → plan (check) → calibration and held-out rows (disjoint) → load → sanity (the original model's next-token
+loss on the held-out rows must be finite and under a bound, so a wrong implementation or a corrupt checkpoint stops
+here, not after twenty minutes) → gptq (soarpack.quant.engine, the one seam to GPTQModel) → save (temp dir) →
+quality (KL of the written checkpoint against the original on the held-out rows) → verify → rename.
+
+Progress goes to an `on_event` callback (the CLI renders it) and, when asked, to a plain log file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
+
+import torch
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
-from soarpack.quant.calib import DEFAULT_MAX_LEN, DEFAULT_ROWS, build_calibration, load_tokenizer
-
-DEFAULT_BATCH = 4  # rows per forward; sorted by length so padding is small, and GPTQModel masks it out of H
-DEFAULT_SANITY_MAX_LOSS = 8.0  # nats; a random or broken 73k-vocab model sits near ln(vocab) ≈ 11.2; not yet measured on the real model
-EVAL_ROWS = 4
-EVAL_MAX_LEN = 512
+from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
 
 
 @dataclass
@@ -33,56 +30,240 @@ class QuantizeResult:
     recipe: str
     device: str
     rows: int
+    held_out_rows: int
     quantized_modules: int
     skipped_modules: int
     sanity_loss: float
+    calibration: Dict[str, Any] = field(default_factory=dict)  # the settings used and which layer set each
     timings: Dict[str, float] = field(default_factory=dict)  # our phases, seconds
     gptq_timings: Dict[str, float] = field(default_factory=dict)  # GPTQModel's regions, seconds
+    gptq_counts: Dict[str, int] = field(default_factory=dict)  # how often each region ran (hessian_inverse: Hessians)
     quality: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
-class RunLog:
-    """Phase lines to a rich console (stderr) and, when asked, a plain log file."""
+@dataclass(frozen=True)
+class Event:
+    """One progress event. `phase-start`/`phase-end` bracket a phase; `info` is a line; `layer` a GPTQ layer."""
 
-    def __init__(self, log_file: Optional[str | os.PathLike], quiet: bool = False):
-        from rich.console import Console
+    kind: Literal["phase-start", "phase-end", "info", "problem", "layer"]
+    phase: str
+    message: str = ""
+    seconds: float = 0.0
+    layer: int = 0
+    layers: int = 0
 
-        self.console = Console(stderr=True, quiet=quiet)
-        self.fh = open(log_file, "a", encoding="utf-8") if log_file else None
-        self.timings: Dict[str, float] = {}
 
-    def line(self, msg: str, console: bool = True) -> None:
-        """`msg` may hold rich markup; the log file gets the plain text."""
-        if console:
-            self.console.print(msg, highlight=False)
-        if self.fh:
-            from rich.text import Text
+EventCallback = Callable[[Event], None]
 
-            self.fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {Text.from_markup(msg).plain}\n")
-            self.fh.flush()
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self.line(f"[bold]{name}[/] ...")
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            dt = time.perf_counter() - t0
-            self.timings[name] = self.timings.get(name, 0.0) + dt
-            self.line(f"[bold]{name}[/] {dt:.1f}s")
+@dataclass
+class Run:
+    """What the check phase established: everything later phases need, validated."""
 
-    def close(self) -> None:
-        if self.fh:
-            self.fh.close()
+    config: Any
+    recipe: Any
+    calibration: CalibrationSettings
+    sources: Dict[str, str]
+    device: str
+
+
+@dataclass
+class CalibrationData:
+    rows: List[List[int]]
+    held_out: List[List[int]]
+
+
+@dataclass
+class Sanity:
+    loss: float
+    ref_logprobs: Optional[List[torch.Tensor]]
+
+
+def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Optional[QuantizeOptions] = None,
+             on_event: Optional[EventCallback] = None) -> QuantizeResult:
+    """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
+    from soarpack.fsutil import atomic_dir, atomic_write_json, ensure_writable_output
+    from soarpack.quant import engine
+    from soarpack.sala.checkpoint import load_model
+
+    opts = opts or QuantizeOptions()
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    inputs = [model_dir, *(opts.calib or []), *(opts.held_out or [])]
+    if opts.log_file:
+        ensure_writable_output(opts.log_file, what="--log", inputs=inputs)
+    with RunLog(opts.log_file, on_event) as log:
+        with log.phase("check"):
+            run = check_inputs(model_dir, out_dir, inputs, opts, log)
+        with log.phase("calibration"):
+            data = prepare_calibration(model_dir, run, opts, log)
+        with log.phase("load"):
+            # On the CPU, as in GPTQModel's own loader: its looper moves one layer at a time to the GPU.
+            sala = load_model(model_dir, dtype=torch.bfloat16, device="cpu", config=run.config)
+        with log.phase("sanity"):
+            sanity = sanity_check(sala, data.held_out, run.device, opts, log)
+        with log.phase("gptq"):
+            gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
+        quantized = checked_quantized(sala, run)
+        n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
+        quality: Dict[str, Any] = {"gptq": gptq.module_losses}
+        gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
+        del sala, gptq
+        with atomic_dir(out_dir, force=opts.force, inputs=inputs, log=lambda m: log.info("save", m)) as tmp:
+            with log.phase("save"):
+                save_checkpoint(quantized, model_dir, tmp, run, opts)
+            del quantized
+            if opts.quality:
+                with log.phase("quality"):
+                    quality["kl"] = measure_quality(tmp, data.held_out, sanity.ref_logprobs, run.device, log)
+            if opts.verify:
+                with log.phase("verify"):
+                    quality["dequant_error"] = verify_written(tmp, model_dir, out_dir.name, run.device, log)
+            result = QuantizeResult(
+                out_dir=out_dir.name, recipe=run.recipe.name, device=run.device, rows=len(data.rows),
+                held_out_rows=len(data.held_out), quantized_modules=n_quantized,
+                skipped_modules=n_planned - n_quantized, sanity_loss=round(sanity.loss, 5),
+                calibration={**run.calibration.model_dump(), "set_by": run.sources},
+                timings={k: round(v, 3) for k, v in log.timings.items()},
+                gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality)
+            atomic_write_json(tmp / "soarpack_quant_report.json", result.to_dict())
+        log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
+                 + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
+        return result
+
+
+# -- phases ------------------------------------------------------------------------------------------------------
+
+
+def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: QuantizeOptions, log: "RunLog") -> Run:
+    """Every refusal that needs no calibration and no weights: config, recipe against it, settings, output, engine."""
+    from soarpack.fsutil import prepare_output_dir
+    from soarpack.quant import engine
+    from soarpack.quant.calib import check_max_len
+    from soarpack.quant.recipe import load_recipe
+    from soarpack.sala.config import load_config
+
+    config = load_config(model_dir)
+    recipe = load_recipe(opts.recipe)
+    recipe.validate_for(config)
+    calibration, sources = resolve_calibration(opts.calibration, recipe.calibration)
+    check_max_len(calibration.max_len, config.dense_len)
+    # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
+    prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.info("check", m))
+    device = resolve_device(opts.device)
+    engine.ensure_supported()
+    log.info("check", f"recipe {recipe.name}: {recipe.bits}-bit g{recipe.group_size} sym={recipe.sym} "
+             f"desc_act={recipe.desc_act} damp={recipe.damp}; {len(recipe.render_dynamic(config))} dynamic rule(s); "
+             f"device {device}; engine {opts.engine}; calibration "
+             + ", ".join(f"{k} {v} ({sources[k]})" for k, v in calibration.model_dump().items()))
+    return Run(config, recipe, calibration, sources, device)
+
+
+def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "RunLog") -> CalibrationData:
+    from soarpack.quant.calib import build_calibration, build_held_out
+    from soarpack.sala.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    c = run.calibration
+    rows = build_calibration(opts.calib, tokenizer, rows=c.rows, max_len=c.max_len, seed=c.seed,
+                             dense_len=run.config.dense_len)
+    held = build_held_out(opts.held_out, tokenizer, rows=opts.held_out_rows, max_len=c.max_len, seed=c.seed,
+                          calibration=rows, dense_len=run.config.dense_len)
+    data = CalibrationData([r.ids for r in rows], [r.ids[-HELD_OUT_MAX_LEN:] for r in held])
+    log.info("calibration", f"{len(data.rows)} calibration rows, {sum(map(len, data.rows))} tokens; "
+             f"{len(data.held_out)} held-out rows ({'files' if opts.held_out else 'built-in'}), disjoint")
+    return data
+
+
+def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, opts: QuantizeOptions,
+                 log: "RunLog") -> Sanity:
+    """One forward of the original model over the held-out rows serves the sanity loss and the KL reference."""
+    sala.to(device)
+    ref_logprobs = next_token_logprobs(sala, held_out, device)
+    loss = next_token_loss(ref_logprobs, held_out)
+    sala.to("cpu")
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    log.info("sanity", f"original next-token loss on {len(held_out)} held-out rows: {loss:.3f} nats")
+    if not math.isfinite(loss):
+        raise CheckpointError("the original model's loss is not finite (NaN/Inf)",
+                              "the checkpoint is corrupt or not a MiniCPM-SALA release")
+    if opts.sanity_max_loss is not None and loss > opts.sanity_max_loss:
+        raise CheckpointError(
+            f"the original model's next-token loss {loss:.2f} exceeds the sanity bound {opts.sanity_max_loss}",
+            "the checkpoint or soarpack.sala is wrong; raise --max-sanity-loss only if you know the model is fine",
+        )
+    return Sanity(loss, ref_logprobs if opts.quality else None)
+
+
+def engine_options(run: Run, opts: QuantizeOptions) -> Any:
+    from soarpack.quant.engine import EngineOptions
+
+    return EngineOptions(device=run.device, batch_size=run.calibration.batch, mode=opts.engine,
+                         shared_input_hessians=opts.shared_input_hessians, offload_to_disk=opts.offload_to_disk,
+                         log_dir=Path(opts.log_file).parent if opts.log_file else None)
+
+
+def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
+    """The packed tensors GPTQModel left in `sala`, refused unless they are exactly the plan's module set."""
+    from soarpack.quant.finalize import extract_quantized
+
+    quantized = extract_quantized(sala)
+    expected = {n for n, mq in run.recipe.plan(run.config).items() if mq is not None}
+    if set(quantized) != expected:
+        missing, extra = sorted(expected - set(quantized)), sorted(set(quantized) - expected)
+        raise SoarpackError(f"GPTQModel quantized a different module set than the recipe names "
+                            f"(missing {missing[:3]}, unexpected {extra[:3]})", "report this as a bug")
+    return quantized
+
+
+def save_checkpoint(quantized: Dict[str, Dict[str, torch.Tensor]], model_dir: Path, tmp: Path, run: Run,
+                    opts: QuantizeOptions) -> None:
+    from soarpack.quant.finalize import collect_tensors, copy_side_files, quantization_config, write_config
+    from soarpack.sala.checkpoint import iter_tensors, save_state_dict
+
+    fp16 = opts.float_dtype == "float16"
+    tensors = collect_tensors(quantized, iter_tensors(model_dir), float_dtype=torch.float16 if fp16 else torch.bfloat16)
+    save_state_dict(tensors, tmp)
+    del tensors
+    write_config(model_dir, tmp, quantization_config(run.recipe, run.config), auto_map=opts.auto_map,
+                 torch_dtype="float16" if fp16 else None)
+    copy_side_files(model_dir, tmp)
+
+
+def measure_quality(ckpt: Path, held_out: List[List[int]], ref_logprobs: List[torch.Tensor], device: str,
+                    log: "RunLog") -> Dict[str, float]:
+    """KL on what was written, read back with our own dequantization, not on GPTQModel's modules."""
+    from soarpack.quant.dequantize import load_dequantized
+
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    kl = kl_stats(ref_logprobs, next_token_logprobs(load_dequantized(ckpt, dtype=torch.bfloat16, device=device),
+                                                    held_out, device))
+    log.info("quality", "KL(original ‖ quantized) mean {kl_mean:.4g} max {kl_max:.4g}, top-1 agreement "
+             "{top1_agreement:.3f}".format(**kl))
+    return kl
+
+
+def verify_written(ckpt: Path, model_dir: Path, output_name: str, device: str, log: "RunLog") -> Dict[str, float]:
+    from soarpack.quant.verify import verify_report
+
+    report = verify_report(ckpt, original=model_dir, output_name=output_name, device=device)
+    for p in report.problems:
+        log.emit(Event("problem", "verify", str(p)))
+    if report.problems:
+        more = f" and {len(report.problems) - 1} more" if len(report.problems) > 1 else ""
+        raise CheckpointError(f"the written checkpoint fails verification: {report.problems[0]}{more}",
+                              "nothing was written; report this as a bug")
+    return report.module_errors
+
+
+# -- measurement helpers -----------------------------------------------------------------------------------------
 
 
 def resolve_device(device: str) -> str:
-    import torch
-
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -92,10 +273,8 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def next_token_loss(logprobs: Sequence[Any], rows: Sequence[Sequence[int]]) -> float:
+def next_token_loss(logprobs: Sequence[torch.Tensor], rows: Sequence[Sequence[int]]) -> float:
     """Mean next-token cross entropy (nats) from the per-row log-probabilities of `next_token_logprobs`."""
-    import torch
-
     total, count = 0.0, 0
     for lp, ids in zip(logprobs, rows):
         targets = torch.tensor(list(ids)[1:], dtype=torch.long)
@@ -104,9 +283,7 @@ def next_token_loss(logprobs: Sequence[Any], rows: Sequence[Sequence[int]]) -> f
     return total / max(count, 1)
 
 
-def next_token_logprobs(model, rows: Sequence[Sequence[int]], device: str) -> List[Any]:
-    import torch
-
+def next_token_logprobs(model: torch.nn.Module, rows: Sequence[Sequence[int]], device: str) -> List[torch.Tensor]:
     out = []
     with torch.no_grad():
         for ids in rows:
@@ -115,14 +292,11 @@ def next_token_logprobs(model, rows: Sequence[Sequence[int]], device: str) -> Li
     return out
 
 
-def kl_stats(ref_logprobs: Sequence[Any], new_logprobs: Sequence[Any]) -> Dict[str, float]:
+def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.Tensor]) -> Dict[str, float]:
     """KL(ref ‖ new) per position: mean and max, plus top-1 agreement."""
-    import torch
-
     kls, agree, n = [], 0, 0
     for p, q in zip(ref_logprobs, new_logprobs):
-        kl = (p.exp() * (p - q)).sum(-1)
-        kls.append(kl)
+        kls.append((p.exp() * (p - q)).sum(-1))
         agree += int((p.argmax(-1) == q.argmax(-1)).sum())
         n += p.shape[0]
     allk = torch.cat(kls)
@@ -130,254 +304,49 @@ def kl_stats(ref_logprobs: Sequence[Any], new_logprobs: Sequence[Any]) -> Dict[s
             "positions": n}
 
 
-def _gptqmodel_quant_config(recipe, config, device: str, offload_to_disk: bool):
-    from gptqmodel import QuantizeConfig
-    from gptqmodel.models._const import normalize_device
-
-    dynamic = recipe.gptqmodel_dynamic(config) or None
-    qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=recipe.sym, desc_act=recipe.desc_act,
-                          damp_percent=recipe.damp, true_sequential=True, dynamic=dynamic,
-                          offload_to_disk=offload_to_disk, device=device,
-                          # packing dominates on GPU (SALA.md §6): pack there when we have one
-                          pack_impl="gpu" if device.startswith("cuda") else "cpu",
-                          fallback=None)  # never let a module fall back to round-to-nearest
-    qcfg.device = normalize_device(device)
-    return qcfg
+# -- progress ----------------------------------------------------------------------------------------------------
 
 
-def _gptq_region_totals(gm) -> Dict[str, float]:
-    timer = getattr(gm, "quant_region_timer", None)
-    stats = getattr(timer, "_stats", None) or {}
-    return {k: round(float(v.get("total", 0.0)), 3) for k, v in stats.items() if v.get("count")}
+class RunLog:
+    """Phase timings; events to the caller's callback and, when asked, plain lines to a log file."""
 
+    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback]):
+        self.log_file, self.on_event = log_file, on_event
+        self.fh = None
+        self.timings: Dict[str, float] = {}
+        self._layer_t0 = time.perf_counter()
 
-class LayerProgress:
-    """Rich progress per decoder layer with ETA: a layer counts as started at its first forward."""
-
-    def __init__(self, layers, log: RunLog):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.log = log
-        self.n = len(layers)
-        self.progress = Progress(TextColumn("gptq layer {task.completed}/{task.total}"), BarColumn(),
-                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=log.console, transient=True)
-        self.task = self.progress.add_task("gptq", total=self.n)
-        self.started = -1
-        self.t0 = time.perf_counter()
-        self.handles = [layer.register_forward_pre_hook(self._hook(i)) for i, layer in enumerate(layers)]
-
-    def _hook(self, i):
-        def hook(module, args):
-            if i > self.started:
-                self.started = i
-                self.progress.update(self.task, completed=i)
-                spent = time.perf_counter() - self.t0
-                eta = f", eta {spent / i * (self.n - i):.0f}s" if i else ""
-                self.log.line(f"gptq layer {i}/{self.n} started after {spent:.1f}s{eta}", console=False)
-        return hook
-
-    def __enter__(self):
-        self.progress.start()
+    def __enter__(self) -> "RunLog":
+        self.fh = open(self.log_file, "a", encoding="utf-8") if self.log_file else None
         return self
 
-    def __exit__(self, *exc):
-        self.progress.update(self.task, completed=self.n)
-        self.progress.stop()
-        for h in self.handles:
-            h.remove()
+    def __exit__(self, *exc: object) -> None:
+        if self.fh:
+            self.fh.close()
 
+    def emit(self, event: Event) -> None:
+        if self.on_event:
+            self.on_event(event)
+        if self.fh:
+            text = {"phase-start": f"{event.phase} ...", "phase-end": f"{event.phase} {event.seconds:.1f}s"}
+            self.fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text.get(event.kind, event.message)}\n")
+            self.fh.flush()
 
-def quantize(
-    model_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    recipe="w4-mlp",
-    calib: Optional[Sequence[str | os.PathLike]] = None,
-    num_rows: int = DEFAULT_ROWS,
-    max_len: int = DEFAULT_MAX_LEN,
-    seed: int = 0,
-    device: str = "auto",
-    force: bool = False,
-    log_file: Optional[str | os.PathLike] = None,
-    sanity_max_loss: Optional[float] = DEFAULT_SANITY_MAX_LOSS,
-    eval_rows: int = EVAL_ROWS,
-    float_dtype: str = "bfloat16",
-    auto_map: str = "keep",
-    offload_to_disk: bool = False,
-    batch_size: int = DEFAULT_BATCH,
-    quality: bool = True,
-    verify: bool = True,
-    quiet: bool = False,
-) -> QuantizeResult:
-    """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
-    from rich.markup import escape
+    def info(self, phase: str, message: str) -> None:
+        self.emit(Event("info", phase, message))
 
-    from soarpack.fsutil import atomic_dir, atomic_write_json, ensure_writable_output, prepare_output_dir
-    from soarpack.quant.finalize import AUTO_MAP_MODES
-    from soarpack.quant.recipe import load_recipe
-    from soarpack.sala.config import load_config
+    def layer(self, i: int, n: int) -> None:
+        spent = time.perf_counter() - self._layer_t0
+        eta = f", eta {spent / i * (n - i):.0f}s" if i else ""
+        self.emit(Event("layer", "gptq", f"gptq layer {i}/{n} started after {spent:.1f}s{eta}", spent, i, n))
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    inputs = [model_dir, *(calib or [])]
-    if log_file:
-        ensure_writable_output(log_file, what="--log", inputs=inputs)
-    log = RunLog(log_file, quiet=quiet)
-    log_line = lambda msg: log.line(escape(msg))  # noqa: E731 - paths may hold [brackets]
-    try:
-        with log.phase("check"):
-            config = load_config(model_dir)
-            rec = load_recipe(recipe)
-            rec.validate_for(config)
-            prepare_output_dir(out_dir, force, inputs=inputs, log=log_line)  # found now, not after gptq
-            if float_dtype not in ("bfloat16", "float16"):
-                raise ConfigError(f"float dtype {float_dtype!r} is not bfloat16 or float16")
-            if auto_map not in AUTO_MAP_MODES:
-                raise ConfigError(f"auto_map mode {auto_map!r} is not one of {', '.join(AUTO_MAP_MODES)}")
-            dev = resolve_device(device)
-            if (os.cpu_count() or 1) <= 3:  # GPTQModel's default of one CPU worker crashes quantize() there
-                os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-            log.line(f"recipe {rec.name}: {rec.bits}-bit g{rec.group_size} sym={rec.sym} desc_act={rec.desc_act} "
-                     f"damp={rec.damp}; {len(rec.render_dynamic(config))} dynamic rule(s); device {dev}")
-
-        with log.phase("calibration"):
-            tokenizer = load_tokenizer(model_dir)
-            rows = build_calibration(calib, tokenizer, rows=num_rows + eval_rows, max_len=max_len, seed=seed,
-                                     dense_len=config.dense_len)
-            held_out = [r.ids[-EVAL_MAX_LEN:] for r in rows[num_rows:]] if len(rows) > num_rows else []
-            calib_rows = [r.ids for r in rows[:num_rows]]
-            if not held_out:  # too few examples: evaluate on a few calibration rows rather than nothing
-                held_out = [ids[-EVAL_MAX_LEN:] for ids in calib_rows[:eval_rows]]
-            log.line(f"{len(calib_rows)} calibration rows, {sum(map(len, calib_rows))} tokens; {len(held_out)} held out")
-
-        import torch
-
-        from soarpack.sala.checkpoint import iter_tensors, load_model
-
-        with log.phase("load"):
-            # The model lives on the CPU, as in GPTQModel's own loader: its looper moves one layer at a time
-            # to the GPU. Only the sanity forward borrows the GPU for the whole model.
-            sala = load_model(model_dir, dtype=torch.bfloat16, device="cpu", config=config)
-
-        with log.phase("sanity"):
-            sala.to(dev)
-            # one forward over the held-out rows serves the sanity loss and the quality reference
-            ref_logprobs = next_token_logprobs(sala, held_out, dev)
-            sanity_loss = next_token_loss(ref_logprobs, held_out)
-            log.line(f"original next-token loss on {len(held_out)} held-out rows: {sanity_loss:.3f} nats")
-            if not math.isfinite(sanity_loss):
-                raise CheckpointError("the original model's loss is not finite (NaN/Inf)",
-                                      "the checkpoint is corrupt or not a MiniCPM-SALA release")
-            if sanity_max_loss is not None and sanity_loss > sanity_max_loss:
-                raise CheckpointError(
-                    f"the original model's next-token loss {sanity_loss:.2f} exceeds the sanity bound {sanity_max_loss}",
-                    "the checkpoint or soarpack.sala is wrong; raise --max-sanity-loss only if you know the model is fine",
-                )
-            if not quality:
-                ref_logprobs = None
-            sala.to("cpu")
-            if dev.startswith("cuda"):
-                torch.cuda.empty_cache()
-
-        # GPTQModel logs to stdout; keep stdout for our result (`--json`).
-        with log.phase("gptq"), contextlib.redirect_stdout(sys.stderr):
-            from soarpack.sala.hf import gptq_definition, wrap_for_hf  # imports GPTQModel (a banner, seconds)
-
-            _redirect_gptqmodel_logs(Path(log_file).parent if log_file else None)
-
-            hf = wrap_for_hf(sala)
-            hf.seqlen = config.dense_len
-            qcfg = _gptqmodel_quant_config(rec, config, dev, offload_to_disk)
-            gm = gptq_definition()(hf, quantized=False, quantize_config=qcfg, tokenizer=None,
-                                   model_local_path=str(model_dir))
-            examples = [{"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
-                        for ids in calib_rows]
-            with LayerProgress(list(sala.model.layers), log):
-                gptq_log = gm.quantize(examples, batch_size=batch_size, calibration_sort="desc")
-            gptq_timings = _gptq_region_totals(gm)
-
-        from soarpack.quant.finalize import (collect_tensors, copy_side_files, extract_quantized,
-                                             quantization_config, write_config)
-
-        quantized = extract_quantized(sala)
-        n_quantized = len(quantized)
-        plan = rec.plan(config)
-        expected_q = {n for n, mq in plan.items() if mq is not None}
-        if set(quantized) != expected_q:
-            missing, extra = sorted(expected_q - set(quantized)), sorted(set(quantized) - expected_q)
-            raise SoarpackError(f"GPTQModel quantized a different module set than the recipe names "
-                                f"(missing {missing[:3]}, unexpected {extra[:3]})", "report this as a bug")
-
-        quality_report: Dict[str, Any] = {"gptq": _module_losses(gptq_log)}
-        del gm, hf, examples
-
-        with atomic_dir(out_dir, force=force, inputs=inputs, log=log_line) as tmp:
-            with log.phase("save"):
-                fdt = torch.bfloat16 if float_dtype == "bfloat16" else torch.float16
-                tensors = collect_tensors(quantized, iter_tensors(model_dir), float_dtype=fdt)
-                from soarpack.sala.checkpoint import save_state_dict
-
-                save_state_dict(tensors, tmp)
-                del tensors
-                write_config(model_dir, tmp, quantization_config(rec, config), auto_map=auto_map,
-                             torch_dtype=None if float_dtype == "bfloat16" else "float16")
-                copy_side_files(model_dir, tmp)
-            if quality:
-                # Measured on what was written, read back with our own dequantization, not on GPTQModel's modules.
-                with log.phase("quality"):
-                    from soarpack.quant.dequantize import load_dequantized
-
-                    del sala, quantized
-                    if dev.startswith("cuda"):
-                        torch.cuda.empty_cache()
-                    deq = load_dequantized(tmp, dtype=torch.bfloat16, device=dev)
-                    quality_report["kl"] = kl_stats(ref_logprobs, next_token_logprobs(deq, held_out, dev))
-                    del deq, ref_logprobs
-                    log.line("KL(original ‖ quantized) mean {kl_mean:.4g} max {kl_max:.4g}, top-1 agreement "
-                             "{top1_agreement:.3f}".format(**quality_report["kl"]))
-            if verify:
-                with log.phase("verify"):
-                    from soarpack.quant.verify import verify_report
-
-                    report = verify_report(tmp, original=model_dir, output_name=out_dir.name, device=dev)
-                    quality_report["dequant_error"] = report.module_errors
-                    if report.problems:
-                        for p in report.problems:
-                            log.line(f"[red]problem[/] {p}")
-                        raise CheckpointError(f"the written checkpoint fails verification: {report.problems[0]}"
-                                              + (f" and {len(report.problems) - 1} more" if len(report.problems) > 1 else ""),
-                                              "nothing was written; report this as a bug")
-            result = QuantizeResult(
-                out_dir=out_dir.name, recipe=rec.name, device=dev, rows=len(calib_rows),
-                quantized_modules=n_quantized, skipped_modules=len(plan) - n_quantized,
-                sanity_loss=round(sanity_loss, 5), timings={k: round(v, 3) for k, v in log.timings.items()},
-                gptq_timings=gptq_timings, quality=quality_report,
-            )
-            atomic_write_json(tmp / "soarpack_quant_report.json", result.to_dict())
-        log.line(f"[green]wrote[/] {out_dir}: {n_quantized} quantized, {len(plan) - n_quantized} kept 16-bit; "
-                 + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
-        return result
-    finally:
-        log.close()
-
-
-def _redirect_gptqmodel_logs(folder: Optional[Path]) -> None:
-    """GPTQModel writes per-module logs to ./logs of whatever the working directory is; send them beside our log
-    file, or to a temp folder, so a run never litters the user's directory. (A module attribute of 7.6.0.)"""
-    import tempfile
-
-    from gptqmodel.looper import loop_processor
-
-    if hasattr(loop_processor, "_PROJECT_LOG_DIR"):
-        loop_processor._PROJECT_LOG_DIR = (folder or Path(tempfile.gettempdir())) / "gptqmodel-logs"
-
-
-def _module_losses(gptq_log) -> List[Dict[str, Any]]:
-    rows = []
-    for entry in (gptq_log or {}).get("gptq", []) if isinstance(gptq_log, dict) else []:
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.emit(Event("phase-start", name))
+        t0 = self._layer_t0 = time.perf_counter()
         try:
-            rows.append({"layer": int(entry["layer"]), "module": entry["module"], "loss": float(entry["loss"]),
-                         "samples": int(entry.get("samples", 0))})
-        except (KeyError, TypeError, ValueError):
-            continue
-    return rows
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            self.timings[name] = self.timings.get(name, 0.0) + dt
+            self.emit(Event("phase-end", name, seconds=dt))

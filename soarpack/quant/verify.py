@@ -53,11 +53,11 @@ class VerifyReport:
                 "module_errors": self.module_errors}
 
 
-def verify_checkpoint(ckpt_dir, original=None, *, device: str = "cpu") -> List[Problem]:
+def verify_checkpoint(ckpt_dir: str | Path, original: Optional[str | Path] = None, *, device: str = "cpu") -> List[Problem]:
     return verify_report(ckpt_dir, original, device=device).problems
 
 
-def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None, device: str = "cpu") -> VerifyReport:
+def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *, output_name: Optional[str] = None, device: str = "cpu") -> VerifyReport:
     """Check a written checkpoint; `device` is where tensors are unpacked and dequantized (a GPU makes the
     per-module comparison of a 9B model take seconds instead of minutes)."""
     from soarpack.sala.checkpoint import iter_tensors, weight_files
@@ -106,8 +106,9 @@ def verify_report(ckpt_dir, original=None, *, output_name: Optional[str] = None,
         expected_float[name] = shape
 
     seen = set()
+    shapes = config.decoder_linears()
     for module, mq in plan.items():
-        out_f, in_f = config.linear_shapes(int(module.split(".")[2]))[module.split(".", 3)[3]]
+        out_f, in_f = shapes[module]
         if mq is None:
             if f"{module}.weight" not in names:
                 add("missing-weight", module, "kept 16-bit by a -: rule but the checkpoint has no .weight")

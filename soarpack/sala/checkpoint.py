@@ -10,7 +10,7 @@ import errno
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 from safetensors import safe_open
@@ -19,6 +19,9 @@ from safetensors.torch import save_file
 from soarpack.errors import CheckpointError
 from soarpack.fsutil import atomic_write_json, is_disk_full
 from soarpack.sala.config import SalaConfig, load_config
+
+if TYPE_CHECKING:
+    from soarpack.sala.model import SalaForCausalLM
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -104,7 +107,7 @@ def load_model(
     return finish_loading(model, ckpt, device)
 
 
-def empty_model(cfg: SalaConfig):
+def empty_model(cfg: SalaConfig) -> SalaForCausalLM:
     """`SalaForCausalLM` on the meta device: no memory and no random init until tensors are assigned."""
     from soarpack.sala.model import SalaForCausalLM
 
@@ -117,7 +120,7 @@ def assign_tensor(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> No
     setattr(model.get_submodule(module_name), attr, torch.nn.Parameter(tensor, requires_grad=False))
 
 
-def finish_loading(model, ckpt: str | Path, device: str | torch.device):
+def finish_loading(model: SalaForCausalLM, ckpt: str | Path, device: str | torch.device) -> SalaForCausalLM:
     """After every tensor is assigned: tie embeddings, rebuild the decay buffers, refuse any parameter left on meta."""
     cfg = model.config
     if cfg.tie_word_embeddings:

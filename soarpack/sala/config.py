@@ -20,10 +20,18 @@ LIGHTNING = "lightning-attn"
 MIXER_TYPES = (SPARSE, LIGHTNING)
 MODEL_TYPE = "minicpm_sala"
 
-# HF module names of the linears in each layer kind, in the order they run.
-SPARSE_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_gate", "self_attn.o_proj")
-LIGHTNING_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.z_proj", "self_attn.o_proj")
-MLP_LINEARS = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+# The module catalogue: every decoder linear by its HF name relative to `model.layers.{i}.`, grouped by the tensor
+# it reads, in the order they run. `SalaConfig.layer_linears` says which of them a given layer has; the model,
+# tensor_shapes, the recipe planner, the GPTQ engine and verify all derive from these names.
+ATTN_INPUT_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")  # read the input-normed state
+SPARSE_GATE = "self_attn.o_gate"  # sparse layers, when attn_use_output_gate
+LIGHTNING_GATE = "self_attn.z_proj"  # Lightning layers, when use_output_gate
+ATTN_OUTPUT_LINEAR = "self_attn.o_proj"
+MLP_INPUT_LINEARS = ("mlp.gate_proj", "mlp.up_proj")  # read the post-attention-normed state
+MLP_OUTPUT_LINEAR = "mlp.down_proj"
+ATTN_LINEARS = ATTN_INPUT_LINEARS + (SPARSE_GATE, LIGHTNING_GATE, ATTN_OUTPUT_LINEAR)
+MLP_LINEARS = MLP_INPUT_LINEARS + (MLP_OUTPUT_LINEAR,)
+ALL_LINEARS = ATTN_LINEARS + MLP_LINEARS
 
 _REQUIRED_INT = (
     "hidden_size",
@@ -119,6 +127,9 @@ class SalaConfig:
         sparse = d.get("sparse_config") or {}
         if not isinstance(sparse, dict):
             raise ConfigError(f"{source}: field 'sparse_config' must be an object")
+        dense_len = sparse.get("dense_len", 8192)
+        if not isinstance(dense_len, int) or isinstance(dense_len, bool) or dense_len <= 0:
+            raise ConfigError(f"{source}: field 'sparse_config.dense_len' must be a positive integer, got {dense_len!r}")
         if d.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"{source}: field 'hidden_act' is {d.get('hidden_act')!r}; MiniCPM-SALA uses 'silu'")
         try:
@@ -168,7 +179,7 @@ class SalaConfig:
     @property
     def dense_len(self) -> int:
         """Prompt length at which the real model leaves dense attention for InfLLM-v2 (8192 in the release)."""
-        return int(self.sparse_config.get("dense_len", 8192))
+        return self.sparse_config.get("dense_len", 8192)
 
     @property
     def residual_scale(self) -> float:
@@ -185,34 +196,29 @@ class SalaConfig:
         """Per-head decay rates of the Lightning layers; the log-decay per step is g = -slope."""
         return alibi_slopes(self.lightning_nh)
 
+    def layer_linears(self, layer: int) -> tuple[str, ...]:
+        """The catalogue names of the linears `layer` has, in the order they run."""
+        gate = (SPARSE_GATE,) if self.is_sparse(layer) and self.attn_use_output_gate else ()
+        if not self.is_sparse(layer) and self.use_output_gate:
+            gate = (LIGHTNING_GATE,)
+        return ATTN_INPUT_LINEARS + gate + (ATTN_OUTPUT_LINEAR,) + MLP_LINEARS
+
     def linear_shapes(self, layer: int) -> dict[str, tuple[int, int]]:
         """HF module name (relative to the layer) → (out_features, in_features) of every linear in `layer`."""
-        h = self.hidden_size
+        h, inter = self.hidden_size, self.intermediate_size
         if self.is_sparse(layer):
             q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
-            attn = {
-                "self_attn.q_proj": (q, h),
-                "self_attn.k_proj": (kv, h),
-                "self_attn.v_proj": (kv, h),
-                "self_attn.o_gate": (q, h),
-                "self_attn.o_proj": (h, q),
-            }
         else:
-            q = self.lightning_nh * self.lightning_head_dim
-            kv = self.lightning_nkv * self.lightning_head_dim
-            attn = {
-                "self_attn.q_proj": (q, h),
-                "self_attn.k_proj": (kv, h),
-                "self_attn.v_proj": (kv, h),
-                "self_attn.z_proj": (q, h),
-                "self_attn.o_proj": (h, q),
-            }
-        mlp = {
-            "mlp.gate_proj": (self.intermediate_size, h),
-            "mlp.up_proj": (self.intermediate_size, h),
-            "mlp.down_proj": (h, self.intermediate_size),
-        }
-        return {**attn, **mlp}
+            q, kv = self.lightning_nh * self.lightning_head_dim, self.lightning_nkv * self.lightning_head_dim
+        shapes = {"self_attn.q_proj": (q, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
+                  SPARSE_GATE: (q, h), LIGHTNING_GATE: (q, h), ATTN_OUTPUT_LINEAR: (h, q),
+                  "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h), MLP_OUTPUT_LINEAR: (h, inter)}
+        return {name: shapes[name] for name in self.layer_linears(layer)}
+
+    def decoder_linears(self) -> dict[str, tuple[int, int]]:
+        """Full HF name (`model.layers.{i}.mlp.down_proj`) → (out_features, in_features) of every decoder linear."""
+        return {f"model.layers.{i}.{name}": shape
+                for i in range(self.num_hidden_layers) for name, shape in self.linear_shapes(i).items()}
 
     def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor a complete checkpoint holds, by HF name, with its shape."""

@@ -88,7 +88,8 @@ class SparseAttention(nn.Module):
         self.o_gate = nn.Linear(h, q_dim, bias=False) if cfg.attn_use_output_gate else None
         self.o_proj = nn.Linear(q_dim, h, bias=False)
 
-    def forward(self, x, positions, key_mask=None, cache: Optional[LayerCache] = None):
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                cache: Optional[LayerCache] = None) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim)
@@ -139,7 +140,8 @@ class LightningAttention(nn.Module):
         # log-decay per head; a buffer so it follows .to(device) but is not a checkpoint tensor
         self.register_buffer("g", -torch.tensor(cfg.lightning_slopes, dtype=torch.float64), persistent=False)
 
-    def forward(self, x, positions, key_mask=None, cache: Optional[LayerCache] = None):
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                cache: Optional[LayerCache] = None) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim)
@@ -175,7 +177,7 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -235,7 +237,7 @@ class SalaForCausalLM(nn.Module):
     def new_cache(self) -> SalaCache:
         return SalaCache.empty(self.config.num_hidden_layers)
 
-    def hidden_states(self, input_ids, attention_mask=None, cache: Optional[SalaCache] = None) -> torch.Tensor:
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, cache: Optional[SalaCache] = None) -> torch.Tensor:
         """The final normed hidden state [B,T,hidden], before the logits divisor."""
         cfg = self.config
         B, T = input_ids.shape
@@ -249,7 +251,7 @@ class SalaForCausalLM(nn.Module):
             h = layer(h, position_ids=position_ids, attention_mask=attention_mask, cache=layer_cache)
         return self.model.norm(h)
 
-    def forward(self, input_ids, attention_mask=None, cache: Optional[SalaCache] = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, cache: Optional[SalaCache] = None) -> torch.Tensor:
         """input_ids [B,T] → logits [B,T,vocab]. With `cache`, continues from (and updates) the cached state."""
         h = self.hidden_states(input_ids, attention_mask, cache)
         return self.lm_head(h / self.config.logits_divisor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
@@ -19,6 +19,9 @@ from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_dir
 from soarpack.sala.config import LIGHTNING, SPARSE, SalaConfig
 from soarpack.sala.checkpoint import save_state_dict
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|fim_pad|>"]
 
@@ -138,7 +141,7 @@ def corpus(n_lines: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 24))) for _ in range(n_lines)]
 
 
-def train_tokenizer(vocab_size: int, seed: int):
+def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
     """A byte-level BPE tokenizer with SALA's special tokens at ids 0.. (bos 1, eos 2)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -188,8 +191,10 @@ def make_tiny_model(
     dtype: torch.dtype = torch.bfloat16,
     max_shard_bytes: int = 2 << 20,
     force: bool = False,
+    config_overrides: Optional[dict] = None,
 ) -> Path:
-    """Write a random SALA checkpoint to `out_dir` (atomically) and return its path."""
+    """Write a random SALA checkpoint to `out_dir` (atomically) and return its path. `config_overrides` are
+    config.json fields set on top (e.g. `attn_use_output_gate=False`)."""
     if vocab_size < 300:
         raise ConfigError("vocab_size must be at least 300 for the byte-level tokenizer (256 bytes + merges)")
     tok = train_tokenizer(vocab_size, seed)
@@ -207,6 +212,7 @@ def make_tiny_model(
         vocab_size=vocab_size,
         eos_token_ids=(2, im_end),
     )
+    raw.update(config_overrides or {})
     cfg = SalaConfig.from_dict(raw, source="tiny-model arguments")
     out_dir = Path(out_dir)
     with atomic_dir(out_dir, force=force) as tmp:

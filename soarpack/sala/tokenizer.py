@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from soarpack.errors import InputDataError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False):
+
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The tokenizer of a model directory (tokenizer.json or tokenizer.model + tokenizer_config.json).
 
     `trust_remote_code=False` by default: the tokenizer is plain data, and the remote code is only the model's

@@ -1,0 +1,239 @@
+"""The one seam to GPTQModel: the SALA definition, its QuantizeConfig, and one call, `run_gptq`.
+
+Nothing else in soarpack imports gptqmodel (tests/test_quant_layers.py checks it). GPTQModel is pinned to
+`SUPPORTED_VERSION`; the few private touchpoints that remain are listed in `_PRIVATE` and checked by
+`ensure_supported()` before any work, so an upgrade fails loudly here instead of silently somewhere else.
+
+The definition reads like GPTQModel's own `module_tree`s and is derived from the module catalogue in
+soarpack.sala.config: both layer kinds in one tree (`layer_modules_strict = False`: a sparse layer has `o_gate`, a
+Lightning layer `z_proj` and its norms; either gate may be off). Norms are forward-only (`:!`). Quantization order
+follows the data flow inside a layer: q/k/v (+ the gate, which reads the same normed input) → o_proj → gate/up →
+down. With shared-input Hessians, modules that read the same tensor are tagged (`:in=`) so GPTQModel accumulates
+one Hessian per input instead of one per module (test_quant_e2e checks the packed result is bit-identical).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
+
+import torch
+
+from soarpack.errors import SoarpackError
+from soarpack.sala.config import (ATTN_INPUT_LINEARS, ATTN_OUTPUT_LINEAR, LIGHTNING_GATE, MLP_INPUT_LINEARS,
+                                  MLP_OUTPUT_LINEAR, MODEL_TYPE, SPARSE_GATE)
+
+SUPPORTED_VERSION = "7.6.0"
+EngineMode = Literal["soarpack", "gptqmodel-defaults"]
+LayerCallback = Callable[[int, int], None]  # (layer index, number of layers), at a layer's first forward
+
+# Private GPTQModel names this module relies on, as (module, attribute). Each is used in exactly one place below.
+_PRIVATE = (
+    ("gptqmodel.models._const", "normalize_device"),  # QuantizeConfig keeps "cuda:1" as a str; the looper wants DEVICE
+    ("gptqmodel.looper.loop_processor", "_PROJECT_LOG_DIR"),  # per-module logs go to ./logs unless redirected
+)
+
+
+class EngineError(SoarpackError):
+    """GPTQModel is missing, of another version, or its internals differ from the supported version."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    device: str  # "cpu", "cuda" or "cuda:N" (resolved, not "auto")
+    batch_size: int
+    mode: EngineMode = "soarpack"
+    shared_input_hessians: bool = True
+    offload_to_disk: bool = False
+    log_dir: Optional[Path] = None  # GPTQModel's per-module logs; a temp folder when None
+
+
+@dataclass
+class GptqResult:
+    quantized_model: torch.nn.Module  # the SALA model given, its linears replaced by GPTQModel's packed modules
+    module_losses: List[Dict[str, Any]]  # per module: layer, module, loss, samples
+    region_seconds: Dict[str, float]  # GPTQModel's region timer, totals over its worker threads
+    region_counts: Dict[str, int] = field(default_factory=dict)
+
+
+def module_tree(shared_input: bool = True) -> list:
+    """GPTQModel's module_tree for SALA, from the catalogue."""
+    attn_in = ":in=attn_in" if shared_input else ""
+    mlp_in = ":in=mlp_in" if shared_input else ""
+    attn_first = [f"{name.split('.')[-1]}:0{attn_in}" for name in ATTN_INPUT_LINEARS + (SPARSE_GATE, LIGHTNING_GATE)]
+    mlp_first = [f"{name.split('.')[-1]}:0{mlp_in}" for name in MLP_INPUT_LINEARS]
+    return [
+        "model",
+        "layers",
+        "#",
+        {
+            "input_layernorm": ("input_layernorm:!",),
+            "self_attn": ("q_norm:!", "k_norm:!", "o_norm:!", *attn_first, f"{ATTN_OUTPUT_LINEAR.split('.')[-1]}:1"),
+            "post_attention_layernorm": ("post_attention_layernorm:!",),
+            "mlp": (*mlp_first, f"{MLP_OUTPUT_LINEAR.split('.')[-1]}:1"),
+        },
+    ]
+
+
+def ensure_supported() -> None:
+    """Import GPTQModel (a banner on stdout, seconds) and refuse a version or internals we do not support."""
+    import importlib
+
+    with _quiet_stdout(), _cpu_workers():
+        try:
+            import gptqmodel
+        except ImportError as exc:
+            raise EngineError(f"gptqmodel cannot be imported ({exc})",
+                              f"install gptqmodel=={SUPPORTED_VERSION}") from None
+    if gptqmodel.__version__ != SUPPORTED_VERSION:
+        raise EngineError(f"gptqmodel {gptqmodel.__version__} is installed; soarpack supports {SUPPORTED_VERSION} only",
+                          f"install gptqmodel=={SUPPORTED_VERSION}")
+    for module, attr in _PRIVATE:
+        if not hasattr(importlib.import_module(module), attr):
+            raise EngineError(f"gptqmodel has no {module}.{attr}: its internals differ from {SUPPORTED_VERSION}",
+                              f"install gptqmodel=={SUPPORTED_VERSION}")
+
+
+def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int]], recipe: Any,
+             opts: EngineOptions, on_layer: Optional[LayerCallback] = None) -> GptqResult:
+    """Quantize `sala` (a SalaForCausalLM on the CPU, loaded from `model_dir`) in place on `rows` of token ids with
+    `recipe`'s grid.
+
+    GPTQModel's logs go to stderr, never stdout; every process-wide setting touched is restored on return."""
+    ensure_supported()
+    defaults = opts.mode == "gptqmodel-defaults"
+    hf = _wrap(sala)
+    qcfg = _quantize_config(recipe, sala.config, opts.device, defaults, opts.offload_to_disk)
+    definition = _definition(shared_input=opts.shared_input_hessians and not defaults)
+    examples = [{"input_ids": torch.tensor([list(ids)]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+                for ids in rows]
+    with _quiet_stdout(), _cpu_workers(), _log_dir(opts.log_dir), _layer_hooks(sala, on_layer):
+        gm = definition(hf, quantized=False, quantize_config=qcfg, tokenizer=None,
+                        model_local_path=str(model_dir))
+        if defaults:  # GPTQModel's own defaults: batch 1, its default calibration order
+            log = gm.quantize(examples, batch_size=1)
+        else:  # sorted by length so padding is small; GPTQModel masks padding out of the Hessian
+            log = gm.quantize(examples, batch_size=opts.batch_size, calibration_sort="desc")
+    stats = gm.quant_region_timer.snapshot()
+    return GptqResult(
+        quantized_model=sala,
+        module_losses=_module_losses(log),
+        region_seconds={k: round(v["total"], 3) for k, v in stats.items() if v["count"]},
+        region_counts={k: v["count"] for k, v in stats.items() if v["count"]},
+    )
+
+
+# -- GPTQModel wiring ------------------------------------------------------------------------------------------
+
+
+def _wrap(sala: torch.nn.Module) -> torch.nn.Module:
+    from soarpack.quant.hf_shim import wrap_for_hf
+
+    return wrap_for_hf(sala)
+
+
+def _definition(shared_input: bool) -> type:
+    from gptqmodel.models import BaseQModel
+
+    class SalaGPTQ(BaseQModel):
+        layer_modules_strict = False  # sparse layers have o_gate, Lightning layers z_proj and q/k/o norms
+        pre_lm_head_norm_module = "model.norm"
+        require_trust_remote_code = False
+        shared_input_verified_model_types = frozenset({MODEL_TYPE}) if shared_input else frozenset()
+
+    SalaGPTQ.module_tree = module_tree(shared_input)
+    SalaGPTQ.__name__ = SalaGPTQ.__qualname__ = "SalaGPTQ" if shared_input else "SalaGPTQPlain"
+    return SalaGPTQ
+
+
+def _quantize_config(recipe: Any, config: Any, device: str, defaults: bool, offload_to_disk: bool) -> Any:
+    from gptqmodel import QuantizeConfig
+    from gptqmodel.models._const import normalize_device  # private: see _PRIVATE
+
+    dynamic = recipe.render_dynamic(config) or None
+    if defaults:  # GPTQModel's defaults, but for offload_to_disk: our finalize reads the packed tensors from memory
+        qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=recipe.sym,
+                              desc_act=recipe.desc_act, dynamic=dynamic, offload_to_disk=offload_to_disk)
+    else:
+        qcfg = QuantizeConfig(bits=recipe.bits, group_size=recipe.group_size, sym=recipe.sym,
+                              desc_act=recipe.desc_act, damp_percent=recipe.damp, true_sequential=True,
+                              dynamic=dynamic, offload_to_disk=offload_to_disk, device=device,
+                              # packing dominates on GPU (SALA.md §6): pack there when we have one
+                              pack_impl="gpu" if device.startswith("cuda") else "cpu",
+                              fallback=None)  # never let a module fall back to round-to-nearest
+    qcfg.device = normalize_device(device)
+    return qcfg
+
+
+def _module_losses(gptq_log: Any) -> List[Dict[str, Any]]:
+    rows = []
+    for entry in (gptq_log or {}).get("gptq", []) if isinstance(gptq_log, dict) else []:
+        try:
+            rows.append({"layer": int(entry["layer"]), "module": entry["module"], "loss": float(entry["loss"]),
+                         "samples": int(entry.get("samples", 0))})
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
+# -- process-wide settings, each restored on exit ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """GPTQModel logs to stdout; keep stdout for our result (`--json`)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+@contextlib.contextmanager
+def _cpu_workers() -> Iterator[None]:
+    """GPTQModel's default of one CPU worker crashes quantize() on machines of <= 3 cores; it reads this public
+    variable when it first builds its thread pool."""
+    name = "GPTQMODEL_CPU_WORKERS"
+    if name in os.environ or (os.cpu_count() or 1) > 3:
+        yield
+        return
+    os.environ[name] = "2"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _log_dir(folder: Optional[Path]) -> Iterator[None]:
+    """Send GPTQModel's per-module logs beside our log file, or to a temp folder, never to the user's ./logs."""
+    from gptqmodel.looper import loop_processor  # private: see _PRIVATE
+
+    before = loop_processor._PROJECT_LOG_DIR
+    loop_processor._PROJECT_LOG_DIR = (folder or Path(tempfile.gettempdir())) / "gptqmodel-logs"
+    try:
+        yield
+    finally:
+        loop_processor._PROJECT_LOG_DIR = before
+
+
+@contextlib.contextmanager
+def _layer_hooks(sala: torch.nn.Module, on_layer: Optional[LayerCallback]) -> Iterator[None]:
+    layers = list(sala.model.layers)
+    started = [-1]
+
+    def hook_for(i: int) -> Callable:
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            if i > started[0]:
+                started[0] = i
+                on_layer(i, len(layers))
+        return hook
+
+    handles = [layer.register_forward_pre_hook(hook_for(i)) for i, layer in enumerate(layers)] if on_layer else []
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

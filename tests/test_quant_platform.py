@@ -1,0 +1,45 @@
+"""The platform's configuration, reproduced: the bundle as `soarpack build` ships it (its calibration row count and
+length limits), quantized through preprocess_model.py. Held-out rows must be disjoint from calibration rows, and
+the log must report the counts that really ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from soarpack.bundle import layout
+from soarpack.bundle.build import build_bundle
+from soarpack.bundle.tarpack import safe_extract
+from soarpack.quant.options import CALIBRATION_DEFAULTS, HELD_OUT_ROWS
+
+pytestmark = [pytest.mark.slow, pytest.mark.gptq]
+
+
+def _rows(root, names):
+    return [json.loads(line) for name in names for line in (root / name).read_text().splitlines() if line.strip()]
+
+
+def test_platform_run_holds_out_rows_that_never_calibrate(tmp_path, tiny_model_dir):
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, log=lambda m: None)
+    root = safe_extract(bundle.path, tmp_path / "bundle")
+    quant = bundle.manifest["quantize"]
+    calib, held = _rows(root, quant["calib"]), _rows(root, quant["held_out"])
+    assert (len(calib), len(held)) == (CALIBRATION_DEFAULTS.rows, HELD_OUT_ROWS)
+    assert not {r["question"] for r in calib} & {r["question"] for r in held}
+
+    env = {**os.environ, "PYTHONPATH": str(root / layout.SRC_DIR), "SOARPACK_QUANTIZE_EXTRA": "--device cpu"}
+    out = tmp_path / "quantized"
+    res = subprocess.run([sys.executable, str(root / layout.PREPROCESS), "--input", str(tiny_model_dir),
+                          "--output", str(out)], env=env, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    log = (root / "logs" / "quantize.log").read_text()
+    assert f"{CALIBRATION_DEFAULTS.rows} calibration rows" in log, log
+    assert f"{HELD_OUT_ROWS} held-out rows (files), disjoint" in log, log
+    report = json.loads((out / "soarpack_quant_report.json").read_text())
+    assert (report["rows"], report["held_out_rows"]) == (CALIBRATION_DEFAULTS.rows, HELD_OUT_ROWS)
+    assert report["calibration"]["max_len"] == CALIBRATION_DEFAULTS.max_len
+    assert report["calibration"]["set_by"]["rows"] == "recipe"  # the bundle ran the recipe it ships
