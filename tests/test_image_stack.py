@@ -17,7 +17,7 @@ import pytest
 
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.check import FAIL, check_bundle
-from soarpack.bundle.imagestack import IMAGE_PINS, clean_env, ensure_image_stack
+from soarpack.imagestack import IMAGE_PINS, clean_env, ensure_image_stack
 from soarpack.bundle.wheels import find_python310, load_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.image_stack]

@@ -28,7 +28,7 @@ IN_CI = os.environ.get("CI") == "true"
 
 @pytest.fixture(scope="session")
 def image_python():
-    from soarpack.bundle.imagestack import ImageStackError, ensure_image_stack
+    from soarpack.imagestack import ImageStackError, ensure_image_stack
 
     try:
         return ensure_image_stack(log=lambda m: None).python
@@ -260,7 +260,7 @@ def test_cli_exits_1_on_a_failed_check_and_prints_the_causes(tiny_quantized_conf
 
 def test_the_fork_check_extra_is_the_image_stacks_import_list():
     from soarpack.recipe_files import read_toml
-    from soarpack.bundle.imagestack import FORK_IMPORT_PACKAGES
+    from soarpack.imagestack import FORK_IMPORT_PACKAGES
 
     extras = read_toml(Path(__file__).resolve().parent.parent / "pyproject.toml")["project"]["optional-dependencies"]
     assert sorted(extras["fork-check"]) == sorted(FORK_IMPORT_PACKAGES)

@@ -403,7 +403,7 @@ def check_bundle(
 
 def _standin(r: _Runner, work: Path, dev_stack: bool, note: Callable[[str], None]) -> Optional[Path]:
     """The image's python for the rehearsal: the cached image stack, or a venv over this environment."""
-    from soarpack.bundle.imagestack import ensure_image_stack, probe_versions
+    from soarpack.imagestack import ensure_image_stack, probe_versions
 
     image_py: Optional[Path] = None
     with r.step("image stand-in") as s:
@@ -418,7 +418,7 @@ def _standin(r: _Runner, work: Path, dev_stack: bool, note: Callable[[str], None
 
 
 def _rehearsal_env(image_py: Path, dev_stack: bool) -> Dict[str, str]:
-    from soarpack.bundle.imagestack import clean_env
+    from soarpack.imagestack import clean_env
 
     # On the image stack nothing of this environment may leak in (PYTHONPATH above all).
     env = dict(os.environ) if dev_stack else clean_env()
@@ -438,7 +438,7 @@ def _overlay_imports(overlay_py: str, env: Dict[str, str]) -> None:
 def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], wheel_names: List[str],
               sglang_fork: Optional[os.PathLike], quantize_args: str, dev_stack: bool,
               note: Callable[[str], None]) -> None:
-    from soarpack.bundle.imagestack import probe_versions
+    from soarpack.imagestack import probe_versions
 
     image_py = _standin(r, work, dev_stack, note)
     if image_py is None or r.failed("image stand-in"):

@@ -25,6 +25,7 @@ from typing import Iterable, List, Optional, Sequence
 
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import atomic_write_json, sha256_file
+from soarpack.imagestack import cache_root, find_python310  # noqa: F401 - find_python310 is used here and by callers
 
 LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
 TARGET_PYTHON = "3.10"
@@ -144,27 +145,6 @@ def _pip(python: str, args: Sequence[str], what: str) -> subprocess.CompletedPro
     return proc
 
 
-def find_python310() -> Optional[str]:
-    """A CPython 3.10 to build the cp310 C extension (pypcre): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
-    candidates = [os.environ.get("SOARPACK_PYTHON310", "")]
-    candidates += [shutil.which("python3.10") or ""]
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True)
-    if sys.version_info[:2] == (3, 10):
-        candidates.insert(0, sys.executable)
-    for cand in candidates:
-        if not cand:
-            continue
-        try:
-            out = subprocess.run([cand, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
-                                 capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip() == "True":
-            return cand
-    return None
-
-
 @functools.lru_cache(maxsize=1)
 def platform_tags() -> frozenset:
     """Every wheel tag CPython 3.10 on manylinux x86_64 (the platform image) accepts."""
@@ -196,10 +176,8 @@ def _cached(cache: Path, w: LockedWheel) -> Optional[Path]:
 
 
 def default_cache_dir() -> Path:
-    """$SOARPACK_CACHE/wheels, else $XDG_CACHE_HOME (or ~/.cache)/soarpack/wheels."""
-    if os.environ.get("SOARPACK_CACHE"):
-        return Path(os.environ["SOARPACK_CACHE"]) / "wheels"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarpack" / "wheels"
+    """The wheel cache: `cache_root()/wheels` ($SOARPACK_CACHE, else $XDG_CACHE_HOME or ~/.cache, then soarpack)."""
+    return cache_root() / "wheels"
 
 
 def _platform_args() -> List[str]:

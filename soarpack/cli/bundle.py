@@ -60,7 +60,7 @@ def check_cmd(
     Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack.
     """
     from soarpack.bundle.check import check_bundle
-    from soarpack.bundle.imagestack import describe_versions
+    from soarpack.imagestack import describe_versions
 
     def show(step) -> None:
         if not as_json:

@@ -145,13 +145,13 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     from soarpack.quant.recipe import load_recipe
     from soarpack.sala.config import load_config
 
+    # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
+    prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.info("check", m))
     config = load_config(model_dir)
     recipe = load_recipe(opts.recipe)
     recipe.validate_for(config)
     calibration, sources = resolve_calibration(opts.calibration, recipe.calibration)
     check_max_len(calibration.max_len, config.dense_len)
-    # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
-    prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.info("check", m))
     device = resolve_device(opts.device)
     engine.ensure_supported()
     log.info("check", f"recipe {recipe.name}: {recipe.bits}-bit g{recipe.group_size} sym={recipe.sym} "

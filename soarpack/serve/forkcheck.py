@@ -113,7 +113,7 @@ def resolve_python(python: Optional[os.PathLike], dev_stack: bool, log=print) ->
         if not path.is_file() or not os.access(path, os.X_OK):
             raise ConfigError(f"--python {path} is not an executable file", "pass a Python with torch and the fork's deps")
         return path
-    from soarpack.bundle.imagestack import ensure_image_stack
+    from soarpack.imagestack import ensure_image_stack
 
     return ensure_image_stack(log=log).python
 
@@ -127,7 +127,7 @@ def child_command(python: os.PathLike, request_path: os.PathLike) -> List[str]:
 
 
 def child_env(scratch: Path) -> Dict[str, str]:
-    from soarpack.bundle.imagestack import clean_env
+    from soarpack.imagestack import clean_env
 
     env = clean_env()
     env.update({

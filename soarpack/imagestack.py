@@ -69,6 +69,27 @@ def describe_versions(versions: Dict[str, str]) -> str:
     return f"Python {versions.get('python')}, torch {versions.get('torch')}, transformers {versions.get('transformers')}"
 
 
+def find_python310() -> Optional[str]:
+    """A CPython 3.10 to build the cp310 C extension (pypcre): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
+    candidates = [os.environ.get("SOARPACK_PYTHON310", "")]
+    candidates += [shutil.which("python3.10") or ""]
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True)
+    if sys.version_info[:2] == (3, 10):
+        candidates.insert(0, sys.executable)
+    for cand in candidates:
+        if not cand:
+            continue
+        try:
+            out = subprocess.run([cand, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == "True":
+            return cand
+    return None
+
+
 def cache_root() -> Path:
     """$SOARPACK_CACHE, else $XDG_CACHE_HOME (or ~/.cache)/soarpack."""
     if os.environ.get("SOARPACK_CACHE"):
@@ -138,8 +159,6 @@ def _pip_install(python: Path, packages: Sequence[str], log: Callable[[str], Non
 def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES,
                        log: Callable[[str], None] = print) -> ImageStack:
     """Return the cached stand-in, building it first if needed (once; ~4 GB from PyPI, a few minutes)."""
-    from soarpack.bundle.wheels import find_python310
-
     root = stack_dir(packages)
     marker = root / ".soarpack-ready.json"
     with _locked(root.with_name(root.name + ".lock")):
@@ -173,7 +192,7 @@ def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PAC
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m soarpack.bundle.imagestack`: build (or find) the stand-in and print its python and versions."""
+    """`python -m soarpack.imagestack`: build (or find) the stand-in and print its python and versions."""
     try:
         stack = ensure_image_stack(log=lambda m: print(m, file=sys.stderr))
     except SoarpackError as exc:
