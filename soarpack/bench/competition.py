@@ -66,10 +66,15 @@ def overall_from_eval(path: Path) -> float:
 
 def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optional[float]) -> dict:
     """Per-tier S, the weighted speed score, C and the final score; C is taken as 1 when `overall` is None."""
-    missing = [t for t in TIER_WEIGHTS if t not in ours or t not in best]
-    if missing:
-        raise InputDataError(f"durations missing for tier(s) {', '.join(missing)}",
-                             "bench all three tiers, and give the best durations for all three")
+    missing_best = [t for t in TIER_WEIGHTS if t not in best]
+    if missing_best:
+        flags = " ".join(f"--best-{t} SECONDS" for t in missing_best)
+        raise InputDataError(f"the best time is missing for {', '.join(missing_best)}",
+                             f"pass --best BENCH.json with all three tiers, or {flags}")
+    missing_ours = [t for t in TIER_WEIGHTS if t not in ours]
+    if missing_ours:
+        raise InputDataError(f"our bench has no {', '.join(missing_ours)} tier",
+                             "bench all three tiers: soarpack bench --s1 F --s8 F --smax F")
     for side, values in (("ours", ours), ("best", best)):
         bad = [t for t in TIER_WEIGHTS if not (math.isfinite(values[t]) and values[t] > 0)]
         if bad:
