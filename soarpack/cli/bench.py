@@ -272,3 +272,49 @@ def score_cmd(
     print_score(_table_console(as_json), result)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
+
+
+class CompareFormat(str, enum.Enum):
+    table = "table"
+    md = "md"
+    csv = "csv"
+    json = "json"
+
+
+class BelowGateError(SoarpackError):
+    """A compared run fails the accuracy gate (C < 1) or its eval is incomplete."""
+
+    exit_code = 1
+
+
+@command("compare")
+def compare_cmd(
+    results: List[Path] = typer.Argument(..., metavar="RESULTS...", help="eval and bench JSON files, grouped into "
+                                                                          "runs by --label (else served model)."),
+    fmt: CompareFormat = typer.Option(CompareFormat.table, "--format", help="How stdout shows the table."),
+    chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
+                                         help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
+    best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
+                                            help="Best S1 time (default: the fastest compared run's)."),
+    best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 time."),
+    best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax time."),
+) -> None:
+    """Runs side by side: accuracy, C, S1/S8/Smax, final. Exit 1 when a run is below the gate (C < 1).
+
+    S = 100 x best / ours with best the fastest compared run's time (or --best-*).
+    Example: soarpack compare eval-a.json bench-a.json eval-b.json bench-b.json --chart runs.png
+    """
+    from soarpack.bench.compare import load_runs, render, score_runs
+
+    runs = load_runs(results)
+    given = {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)) if v is not None}
+    best = score_runs(runs, given)
+    if chart is not None:
+        from soarpack.bench.chart import write_chart
+
+        _say(f"wrote {write_chart(runs, chart)}")
+    typer.echo(render(runs, fmt.value, best))
+    below = [r.name for r in runs if r.below_gate]
+    if below:
+        raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
+                             "the platform multiplies such a run's speed score by C")
