@@ -106,7 +106,11 @@ def eval_cmd(
 
     Exits 1 when any request failed (the run is incomplete; run it again to resend the failed rows).
 
-    Example: soarpack eval --api-base http://127.0.0.1:30000 --data perf_public_set.jsonl --model-dir Q -o eval.json
+    Example:
+
+    \b
+      soarpack eval --api-base http://127.0.0.1:30000 \\
+        --data perf_public_set.jsonl --model-dir Q -o eval.json
     """
     from rich.markup import escape
 
@@ -171,7 +175,11 @@ def bench_cmd(
     The output is replaced only when every tier finished; until then tiers go to OUTPUT.partial.json. Exits 1 when
     a tier had failed requests or outputs shorter than asked (score refuses such a tier).
 
-    Example: soarpack bench --api-base http://127.0.0.1:30000 --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
+    Example:
+
+    \b
+      soarpack bench --api-base http://127.0.0.1:30000 \\
+        --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack.bench.render import print_bench
     from soarpack.bench.speed import BenchConfig, check_bench_config, partial_path, run_bench
@@ -220,7 +228,10 @@ def speedset_cmd(
 ) -> None:
     """Write a speed set that follows the published input/output length mix.
 
-    Example: soarpack speedset --model-dir Q -n 400 -o speed.jsonl
+    Example:
+
+    \b
+      soarpack speedset --model-dir Q -n 400 -o speed.jsonl
     """
     from soarpack.bench import speedset as ss
     from soarpack.bench.render import print_speedset
@@ -258,7 +269,11 @@ def score_cmd(
 ) -> None:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours.
 
-    Example: soarpack score --ours bench.json --eval eval.json --best-s1 30 --best-s8 60 --best-smax 90
+    Example:
+
+    \b
+      soarpack score --ours bench.json --eval eval.json \\
+        --best-s1 30 --best-s8 60 --best-smax 90
     """
     from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.bench.render import print_score
@@ -289,8 +304,8 @@ class BelowGateError(SoarpackError):
 
 @command("compare")
 def compare_cmd(
-    results: List[Path] = typer.Argument(..., metavar="RESULTS...", help="eval and bench JSON files, grouped into "
-                                                                          "runs by --label (else served model)."),
+    # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
+    results: List[Path] = typer.Argument(..., metavar="RESULTS", hidden=True),
     fmt: CompareFormat = typer.Option(CompareFormat.table, "--format", help="How stdout shows the table."),
     chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
                                          help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
@@ -301,8 +316,14 @@ def compare_cmd(
 ) -> None:
     """Runs side by side: accuracy, C, S1/S8/Smax, final. Exit 1 when a run is below the gate (C < 1).
 
-    S = 100 x best / ours with best the fastest compared run's time (or --best-*).
-    Example: soarpack compare eval-a.json bench-a.json eval-b.json bench-b.json --chart runs.png
+    RESULTS are the JSON files of soarpack eval and bench, grouped into runs by their --label (else the served
+    model). S = 100 x best / ours with best the fastest compared run's time (or --best-*).
+
+    Example:
+
+    \b
+      soarpack compare eval-a.json bench-a.json eval-b.json bench-b.json \\
+        --chart runs.png
     """
     from soarpack.bench.compare import load_runs, render, score_runs
 

@@ -48,7 +48,12 @@ def build_cmd(
 ) -> None:
     """Build the submission .tar.gz: entry scripts, soarpack, profile, calibration, wheels, MANIFEST.json.
 
-    Prints the tarball's path on stdout. Example: soarpack build --profile safe --calib my.jsonl
+    Prints the tarball's path on stdout.
+
+    Example:
+
+    \b
+      soarpack build --profile safe --calib my.jsonl
     """
     from soarpack.bundle.build import PLATFORM, build_bundle
 
@@ -73,7 +78,12 @@ def inspect_cmd(
 ) -> None:
     """What a bundle holds, from its MANIFEST.json (nothing is extracted).
 
-    Profile, recipe, calibration rows and sources, server args, wheels, sha256. Example: soarpack inspect
+    Profile, recipe, calibration rows and sources, server args, wheels, sha256.
+
+    Example:
+
+    \b
+      soarpack inspect
     """
     from soarpack.bundle.summary import inspect_bundle
 
@@ -120,7 +130,11 @@ def check_cmd(
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
 
     Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack.
-    Example: soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
+
+    Example:
+
+    \b
+      soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
     """
     from soarpack.bundle.check import check_bundle
     from soarpack.bundle.imagestack import describe_versions
@@ -173,7 +187,10 @@ app.add_typer(wheels_app, name="wheels")
 def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print the cache and wheels as JSON.")) -> None:
     """Download and build the locked wheel set into the local cache (what build does on a cache miss).
 
-    Example: SOARPACK_CACHE=/tmp/c soarpack wheels fetch
+    Example:
+
+    \b
+      SOARPACK_CACHE=/tmp/c soarpack wheels fetch
     """
     from soarpack.bundle.wheels import default_cache_dir, fetch_into_cache, load_lock
 
@@ -190,7 +207,10 @@ def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print t
 def wheels_lock_cmd() -> None:
     """Maintainers: resolve the closure again with pip and rewrite soarpack/bundle/platform-lock.json (network).
 
-    Example: soarpack wheels lock
+    Example:
+
+    \b
+      soarpack wheels lock
     """
     from soarpack.bundle.wheels import load_lock, resolve_lock
 
