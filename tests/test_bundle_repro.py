@@ -54,3 +54,11 @@ def test_two_builds_with_separate_empty_caches_are_byte_identical(tmp_path):
         out = build_bundle(tmp_path / f"{name}.tar.gz", cache_dir=tmp_path / name, calib_rows=8, log=print).path
         digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
     assert digests[0] == digests[1]
+
+
+def test_missing_python310_hint_does_not_suggest_a_bundle_that_cannot_quantize(tmp_path, monkeypatch):
+    monkeypatch.setattr(wh, "find_python310", lambda: None)
+    monkeypatch.setattr(wh, "_pip", lambda *a, **k: pytest.fail("nothing may be fetched before the check"))
+    with pytest.raises(wh.WheelError) as err:
+        wh.fetch_into_cache([wh.LockedWheel("pypcre", "0.6.4", "sdist")], tmp_path)
+    assert "--no-wheels" not in str(err.value) and "SOARPACK_PYTHON310" in err.value.hint
