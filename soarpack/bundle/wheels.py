@@ -142,6 +142,7 @@ def _pip(python: str, args: Sequence[str], what: str, log: Optional[Callable[[st
          env: Optional[dict] = None) -> str:
     """Run pip; stream its per-package lines to `log` as they come; return its output. A failure raises WheelError."""
     cmd = [python, "-m", "pip", *args]
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}  # its lines as they come, not in blocks
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines = []
     for line in proc.stdout:
@@ -266,7 +267,8 @@ def build_sdist_wheels(builder: str, sdists: Sequence[LockedWheel], cache: Path,
     with tempfile.TemporaryDirectory(prefix="soarpack-sdist-") as tmp:
         tmp = Path(tmp)
         _pip(builder, ["download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off", "--no-binary",
-                       ":all:", "-d", str(tmp / "sdists"), *[w.spec for w in sdists]], "downloading the sdists", log=log)
+                       ",".join(w.name for w in sdists), "-d", str(tmp / "sdists"), *[w.spec for w in sdists]],
+             "downloading the sdists", log=log)
         sources = []
         for archive in sorted((tmp / "sdists").iterdir()):
             dest = tmp / "src" / archive.name
