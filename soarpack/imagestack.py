@@ -69,12 +69,23 @@ def describe_versions(versions: Dict[str, str]) -> str:
     return f"Python {versions.get('python')}, torch {versions.get('torch')}, transformers {versions.get('transformers')}"
 
 
+def _uv_python310() -> str:
+    """The CPython 3.10 that uv manages (`uv python find 3.10`), or "" when it has none."""
+    try:
+        out = subprocess.run(["uv", "python", "find", "3.10"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
 def find_python310() -> Optional[str]:
-    """A CPython 3.10 to build the cp310 C extension (pypcre): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
+    """A CPython 3.10 (the platform's Python): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
     candidates = [os.environ.get("SOARPACK_PYTHON310", "")]
     candidates += [shutil.which("python3.10") or ""]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
     candidates += sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True)
+    if shutil.which("uv"):
+        candidates.append(_uv_python310())
     if sys.version_info[:2] == (3, 10):
         candidates.insert(0, sys.executable)
     for cand in candidates:

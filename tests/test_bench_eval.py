@@ -104,8 +104,8 @@ def test_resume_skips_scored_rows_and_resends_errors(tmp_path):
     with FakeSGLang(chat=lambda q: ChatReply("x", status=500) if q == "q4" else ChatReply("</think>x")) as server:
         first = run_eval(EvalConfig(api_base=server.url, data=data, output=out, num_samples=5))
         assert len(server.chat_bodies) == 5 and first["scored"] == 5 and first["ori_accuracy"] == 80.0
-    with FakeSGLang(chat=lambda q: ChatReply("</think>x")) as server:
-        second = run_eval(EvalConfig(api_base=server.url, data=data, output=out))
+    with FakeSGLang(chat=lambda q: ChatReply("</think>x")) as server:  # the same model, restarted on another port
+        second = run_eval(EvalConfig(api_base=server.url, data=data, output=out, resume=True))
         sent = sorted(b["messages"][0]["content"] for b in server.chat_bodies)
     assert sent == ["q4", "q5"]  # q0-q3 were scored; q4 had errored; q5 was never sent
     assert second["complete"] and second["ori_accuracy"] == 100.0

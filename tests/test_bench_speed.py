@@ -160,4 +160,4 @@ def test_score_refuses_incomplete_eval_and_missing_best(tmp_path):
     result = runner.invoke(app, ["score", "--ours", str(bench_json), "--eval", str(partial), "--best", str(bench_json)])
     assert result.exit_code == 2 and in_output("3 of 150", result)
     result = runner.invoke(app, ["score", "--ours", str(bench_json), "--best-s1", "5", "--best-s8", "5"])
-    assert result.exit_code == 2 and in_output("missing for tier(s) smax", result)
+    assert result.exit_code == 2 and in_output("the best time is missing for smax", result) and in_output("--best-smax SECONDS", result)

@@ -71,7 +71,7 @@ def test_a_cached_wheel_with_the_wrong_sha256_is_fetched_again(tmp_path, monkeyp
     lock = _fake_lock(tmp_path, cache)
     (cache / "alpha-1.0-py3-none-any.whl").write_bytes(b"tampered")
     calls = []
-    monkeypatch.setattr(W, "_pip", lambda py, args, what: calls.append(args))
+    monkeypatch.setattr(W, "_pip", lambda py, args, what, **kw: calls.append(args))
     with pytest.raises(W.WheelError, match="alpha==1.0"):
         W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock, log=lambda m: None)
     assert calls and calls[0][0] == "download" and "alpha==1.0" in calls[0]

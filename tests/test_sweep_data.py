@@ -332,7 +332,7 @@ def test_row_097_eval_body_shorter_than_content_length_stalls_out(tmp_path):
     saved = json.loads((tmp_path / "e.json").read_text())
     assert saved["failed"] == 2 and all("stalled" in e["error"] for e in saved["errors"])
     helptext = "".join(run_cli("eval", "--help").output.split())
-    assert "--stall-timeout" in helptext and "default60" in helptext
+    assert "--stall-timeout" in helptext and "default:60.0" in helptext
 
 
 @pytest.mark.parametrize("content", [42, ["a", "list"]], ids=["int", "list"])
@@ -428,7 +428,7 @@ def test_row_115_bench_stream_that_stops_without_closing_stalls_out(tmp_path, to
     assert time.monotonic() - start < 20
     assert report["tiers"]["s1"]["failed"] == 2 and all("stalled" in e for e in report["tiers"]["s1"]["errors"])
     helptext = "".join(run_cli("bench", "--help").output.split())
-    assert "--stall-timeout" in helptext and "default600" in helptext
+    assert "--stall-timeout" in helptext and "default:600.0" in helptext
 
 
 def test_row_116_interrupted_bench_keeps_the_earlier_complete_output(tmp_path, tokenizer_dir):

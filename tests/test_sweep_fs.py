@@ -301,7 +301,7 @@ def test_row_062_build_disk_full(full_disk, older):
     if older:
         target.write_bytes(b"an older bundle\n" * 100)
     before = target.read_bytes() if older else None
-    res = run_cli(*BUILD, "-o", target)
+    res = run_cli(*BUILD, "-o", target, *(["--force"] if older else []))
     assert_clean_error(res, f"no space left on the device while writing {target}")
     assert (target.read_bytes() if older else None) == before
     assert sorted(os.listdir(full_disk)) == (["b.tar.gz"] if older else [])

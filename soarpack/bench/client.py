@@ -14,7 +14,7 @@ from typing import AsyncIterator, List, Optional, TypeVar
 
 import httpx
 
-from soarpack.errors import SoarpackError
+from soarpack.errors import ConfigError, SoarpackError
 
 
 class ServerError(SoarpackError):
@@ -44,6 +44,13 @@ async def within_stall(chunks: AsyncIterator[T], stall_s: Optional[float]) -> As
         yield item
 
 
+def check_api_base(api_base: str) -> str:
+    """The server address without a trailing slash; refuse one without a scheme (httpx cannot send to it)."""
+    if "://" not in api_base:
+        raise ConfigError(f"--api-base {api_base} has no scheme", f"add http://, e.g. --api-base http://{api_base}")
+    return api_base.rstrip("/")
+
+
 def make_client(api_base: str, concurrency: Optional[int], timeout_s: float) -> httpx.AsyncClient:
     """An async client whose pool never queues below `concurrency` (None: no limit), so that waiting in the
     client is never counted as server time."""
@@ -54,11 +61,17 @@ def make_client(api_base: str, concurrency: Optional[int], timeout_s: float) -> 
 
 async def model_id(client: httpx.AsyncClient) -> str:
     """The first model id from `/v1/models` (what eval_model.py sends as `model`)."""
+    return (await served_model(client))["id"]
+
+
+async def served_model(client: httpx.AsyncClient) -> dict:
+    """{id, root} of the first model `/v1/models` lists; SGLang's `root` is the model path it loaded (or None)."""
     try:
         response = await client.get("/v1/models", timeout=30)
         response.raise_for_status()
-        models = response.json()["data"]
-        return str(models[0]["id"])
+        first = response.json()["data"][0]
+        root = first.get("root")
+        return {"id": str(first["id"]), "root": str(root) if root is not None else None}
     except httpx.HTTPError as exc:
         raise ServerError(f"no answer from {client.base_url}/v1/models ({exc.__class__.__name__}: {exc})",
                           "start the server first, or check --api-base") from None

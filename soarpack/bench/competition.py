@@ -15,7 +15,7 @@ from soarpack.errors import InputDataError
 TIER_WEIGHTS: Dict[str, float] = {"s1": 0.4, "s8": 0.3, "smax": 0.3}
 
 
-def _read_json(path: Path, kind: str, what: str) -> dict:
+def read_result(path: Path, kind: str, what: str) -> dict:
     try:
         data = json.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
@@ -33,7 +33,7 @@ def _read_json(path: Path, kind: str, what: str) -> dict:
 
 def durations_from_bench(path: Path) -> Dict[str, float]:
     """Tier → duration (s) from a `soarpack bench` JSON; tiers with failed or short requests are refused."""
-    data = _read_json(path, BENCH_KIND, "bench")
+    data = read_result(path, BENCH_KIND, "bench")
     tiers = data.get("tiers")
     if not isinstance(tiers, dict) or not all(isinstance(t, dict) for t in tiers.values()):
         raise InputDataError(f"{path} holds no tiers", "pass the -o file of `soarpack bench`")
@@ -56,7 +56,7 @@ def durations_from_bench(path: Path) -> Dict[str, float]:
 
 def overall_from_eval(path: Path) -> float:
     """overall_accuracy of a complete `soarpack eval` JSON."""
-    data = _read_json(path, EVAL_KIND, "eval")
+    data = read_result(path, EVAL_KIND, "eval")
     if not data.get("complete"):
         raise InputDataError(f"{path} is incomplete: {data.get('scored')} of {data.get('total')} rows scored, "
                              f"{data.get('failed', 0)} of them failed requests",
@@ -64,18 +64,28 @@ def overall_from_eval(path: Path) -> float:
     return float(data["overall_accuracy"])
 
 
+def tier_score(best_s: float, ours_s: float) -> float:
+    """S of one tier: 100 × best / ours (100 when ours is the best)."""
+    return round(100.0 * best_s / ours_s, 4)
+
+
 def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optional[float]) -> dict:
     """Per-tier S, the weighted speed score, C and the final score; C is taken as 1 when `overall` is None."""
-    missing = [t for t in TIER_WEIGHTS if t not in ours or t not in best]
-    if missing:
-        raise InputDataError(f"durations missing for tier(s) {', '.join(missing)}",
-                             "bench all three tiers, and give the best durations for all three")
+    missing_best = [t for t in TIER_WEIGHTS if t not in best]
+    if missing_best:
+        flags = " ".join(f"--best-{t} SECONDS" for t in missing_best)
+        raise InputDataError(f"the best time is missing for {', '.join(missing_best)}",
+                             f"pass --best BENCH.json with all three tiers, or {flags}")
+    missing_ours = [t for t in TIER_WEIGHTS if t not in ours]
+    if missing_ours:
+        raise InputDataError(f"our bench has no {', '.join(missing_ours)} tier",
+                             "bench all three tiers: soarpack bench --s1 F --s8 F --smax F")
     for side, values in (("ours", ours), ("best", best)):
         bad = [t for t in TIER_WEIGHTS if not (math.isfinite(values[t]) and values[t] > 0)]
         if bad:
             raise InputDataError(f"{side} duration for {', '.join(bad)} is not a positive finite number",
                                  "durations are seconds > 0")
-    tiers = {t: round(100.0 * best[t] / ours[t], 4) for t in TIER_WEIGHTS}
+    tiers = {t: tier_score(best[t], ours[t]) for t in TIER_WEIGHTS}
     speed = sum(TIER_WEIGHTS[t] * tiers[t] for t in TIER_WEIGHTS)
     c = 1.0 if overall is None else c_factor(overall)
     return {

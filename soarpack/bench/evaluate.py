@@ -5,6 +5,11 @@ loses at most those seconds; run it again with the same output and only rows not
 errored are sent again on resume (an error is the server's or the network's, not an answer). Rows already in the
 output stay in it, also those beyond `--num-samples`: a results file is merged, never truncated.
 
+An existing output is resumed only when it was measured against the same server (api base) and model and made
+from the same data; otherwise the run is refused before any request, unless `resume` (keep its rows anyway, e.g.
+the same checkpoint served on another port; the file then lists every server) or `force` (start over; the old
+file is kept beside as NAME.old-N.json). Other data is always refused: its rows cannot be merged.
+
 A run in which any request failed is incomplete, as a failed row scores 0 on the platform (eval_model.py does not
 retry). `retries` re-sends a failed request; the report then gives the accuracy with and without those retries.
 """
@@ -22,8 +27,9 @@ from typing import Callable, Dict, List, Optional
 
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
+from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
-from soarpack.errors import ConfigError, InputDataError
+from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
 
 EVAL_KIND = "soarpack.eval"
@@ -46,10 +52,17 @@ class EvalConfig:
     save_every_s: float = 2.0
     stall_s: float = DEFAULT_STALL_S
     retries: int = 0
+    resume: bool = False  # keep an existing output's rows although its server or model differ
+    force: bool = False  # start over; the existing output is kept beside as NAME.old-N.json
+    label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
+    bundle: Optional[Path] = None  # the bundle whose checkpoint the server runs (its identity is recorded)
 
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Refuse settings that would send nonsense, before anything is read or sent."""
+    http.check_api_base(cfg.api_base)
+    if cfg.resume and cfg.force:
+        raise ConfigError("--resume and --force contradict each other", "--resume keeps the rows, --force starts over")
     for flag, value in (("--timeout", cfg.timeout_s), ("--stall-timeout", cfg.stall_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the platform waits {PLATFORM_TIMEOUT_S:g} s")
@@ -86,12 +99,10 @@ def _read_previous(output: Path) -> dict:
     return previous
 
 
-def load_previous(output: Optional[Path], rows: List[dict]) -> Dict[int, dict]:
-    """Scored records from an earlier run into the same output; refuse one made from other data."""
-    if output is None or not output.is_file():
-        return {}
-    kept = {}
-    for record in _read_previous(output).get("rows", []):
+def previous_rows(previous: Optional[dict], rows: List[dict], output: Path) -> Dict[int, dict]:
+    """Scored records of an earlier run into the same output; refuse one made from other data."""
+    kept: Dict[int, dict] = {}
+    for record in (previous or {}).get("rows", []):
         index = record.get("index") if isinstance(record, dict) else None
         if not isinstance(index, int) or not 0 <= index < len(rows):
             continue
@@ -101,6 +112,25 @@ def load_previous(output: Optional[Path], rows: List[dict]) -> Dict[int, dict]:
         if record.get("error") is None:
             kept[index] = record
     return kept
+
+
+def server_mismatch(previous: dict, api_base: str, served: dict) -> Optional[str]:
+    """How the server of an earlier run differs from this one's (None: the same api base and model)."""
+    theirs = (previous.get("api_base") or "").rstrip("/"), previous.get("model")
+    if theirs[0] != api_base.rstrip("/"):
+        return f"it was measured against {theirs[0]} (model {theirs[1]}), this run is {api_base} (model {served['id']})"
+    if theirs[1] is not None and theirs[1] != served["id"]:
+        return f"it was measured on model {theirs[1]}, the server at {api_base} now serves {served['id']}"
+    return None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a result file to the first free NAME.old-N.json beside it (a result is never deleted)."""
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.old-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
 
 
 def _accuracies(scores: List[float]) -> dict:
@@ -168,23 +198,26 @@ async def _ask(client, model: str, question: str, cfg: EvalConfig, stop: List[st
     return result, first_error, attempt
 
 
-async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None) -> dict:
+async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None,
+                         note: Callable[[str], None] = lambda message: None) -> dict:
     """Send every unscored row (at most `concurrency` in flight), score it, and return the report."""
     check_eval_config(cfg)
+    api_base = http.check_api_base(cfg.api_base)
     if cfg.output is not None:
         ensure_writable_output(cfg.output, what="eval output")
     rows = load_eval_rows(cfg.data)
     selected = range(min(cfg.num_samples or len(rows), len(rows)))
-    done = load_previous(cfg.output, rows)
+    previous = _read_previous(cfg.output) if cfg.output is not None and cfg.output.is_file() else None
+    done = previous_rows(previous, rows, cfg.output) if not cfg.force else {}
     stop: List[str] = []
     if cfg.model_dir is not None:
         from soarpack.bench.tokenizer import stop_strings
 
         stop = stop_strings(cfg.model_dir)
-    pending = [i for i in selected if i not in done]
-    header = {"kind": EVAL_KIND, "version": 1, "api_base": cfg.api_base, "data": str(cfg.data),
+    header = {"kind": EVAL_KIND, "version": 2, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
               "num_samples": cfg.num_samples, "retries": cfg.retries}
+    bundle_measured = measured(cfg.label, cfg.bundle, None)  # a bad --bundle stops the run before any request
     last_save = [0.0]
 
     def report() -> dict:
@@ -197,12 +230,17 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
             atomic_write_json(cfg.output, report())
             last_save[0] = time.monotonic()
 
-    if not pending:
-        save(force=True)
-        return report()
-
-    async with http.make_client(cfg.api_base, cfg.concurrency, cfg.timeout_s) as client:
-        header["model"] = await http.model_id(client)
+    async with http.make_client(api_base, cfg.concurrency, cfg.timeout_s) as client:
+        served = await http.served_model(client)
+        header["model"] = served["id"]
+        header["measured"] = {**bundle_measured, "served_model": served}
+        header["versions"] = tool_versions()
+        if previous is not None:
+            _merge_or_refuse(cfg, previous, api_base, served, header, done, len(selected), note)
+        pending = [i for i in selected if i not in done]
+        if not pending:
+            save(force=True)
+            return report()
         gate = asyncio.Semaphore(cfg.concurrency)
 
         async def one(index: int) -> None:
@@ -220,5 +258,26 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
     return report()
 
 
-def run_eval(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None) -> dict:
-    return asyncio.run(run_eval_async(cfg, on_result))
+def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dict, header: dict, done: Dict[int, dict],
+                     total: int, note: Callable[[str], None]) -> None:
+    """Decide what an existing output becomes: resumed, resumed across servers (--resume), or set aside (--force)."""
+    if cfg.force:
+        note(f"--force: starting over; the earlier result was kept as {set_aside(cfg.output)}")
+        return
+    mismatch = server_mismatch(previous, api_base, served)
+    if mismatch and not cfg.resume:
+        raise OutputExistsError(f"{cfg.output} holds another server's result: {mismatch}",
+                                "pass a new -o to keep both, --resume to add to its rows anyway, or --force to "
+                                "start over (the old file is kept as NAME.old-N.json)")
+    servers = list(previous.get("servers") or [{"api_base": previous.get("api_base"), "model": previous.get("model")}])
+    if {"api_base": api_base, "model": served["id"]} not in servers:
+        servers.append({"api_base": api_base, "model": served["id"]})
+    if len(servers) > 1:
+        header["servers"] = servers
+    scored = sum(1 for i in range(total) if i in done)
+    note(f"resuming {scored}/{total} rows from {cfg.output}" + (f" ({mismatch}; --resume)" if mismatch else ""))
+
+
+def run_eval(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None,
+             note: Callable[[str], None] = lambda message: None) -> dict:
+    return asyncio.run(run_eval_async(cfg, on_result, note))

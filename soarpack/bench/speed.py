@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
+from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.stats import summary_ms
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
@@ -91,6 +92,8 @@ class BenchConfig:
     timeout_s: float = BENCH_SERVING_TIMEOUT_S
     stall_s: float = DEFAULT_STALL_S
     concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
+    label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
+    bundle: Optional[Path] = None  # the bundle whose checkpoint the server runs (its identity is recorded)
 
 
 def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest], duration_s: float) -> dict:
@@ -174,6 +177,7 @@ def partial_path(output: Path) -> Path:
 
 
 def check_bench_config(cfg: BenchConfig) -> None:
+    http.check_api_base(cfg.api_base)
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
@@ -188,13 +192,17 @@ def check_bench_config(cfg: BenchConfig) -> None:
 async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
     check_bench_config(cfg)
     pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
-    report = {"kind": BENCH_KIND, "version": 1, "api_base": cfg.api_base, "seed": cfg.seed, "tiers": {}}
+    api_base = http.check_api_base(cfg.api_base)
+    bundle_measured = measured(cfg.label, cfg.bundle, None)  # a bad --bundle stops the run before any request
+    report = {"kind": BENCH_KIND, "version": 2, "api_base": api_base, "seed": cfg.seed, "tiers": {}}
     # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
-    async with http.make_client(cfg.api_base, None, cfg.timeout_s) as client:
-        served = await http.model_id(client)
-        count = _token_counter(cfg, served)
+    async with http.make_client(api_base, None, cfg.timeout_s) as client:
+        served = await http.served_model(client)
+        count = _token_counter(cfg, served["id"])
         prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.num_prompts) for name in pairs}
-        report["model"] = served
+        report["model"] = served["id"]
+        report["measured"] = {**bundle_measured, "served_model": served}
+        report["versions"] = tool_versions()
         for name in TIER_CONCURRENCY:
             if name not in prepared:
                 continue

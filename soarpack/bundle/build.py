@@ -15,8 +15,10 @@ Nothing in it depends on the clock or the user: the same inputs give a byte-iden
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -29,7 +31,7 @@ from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
-from soarpack.errors import ConfigError, SoarpackError
+from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
 from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
 
 PLATFORM = "platform"
@@ -52,8 +54,33 @@ class BuildResult:
         return {"path": str(self.path), "size": self.size, "warnings": self.warnings, "manifest": m}
 
 
-def default_output(profile_name: str) -> Path:
-    return Path(f"soarpack-{profile_name}.tar.gz")
+DEFAULT_NAME_GLOB = "soarpack-*.tar.gz"
+
+
+def content_hash(manifest: Dict[str, Any]) -> str:
+    """sha256 of the MANIFEST's canonical JSON: it lists every file's sha256, so one hash is one content."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def default_output(profile_name: str, recipe_name: str, digest: str) -> Path:
+    """soarpack-PROFILE-RECIPE-HASH8.tar.gz: one name is one submission."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "x"
+
+    return Path(f"soarpack-{clean(profile_name)}-{clean(recipe_name)}-{digest[:8]}.tar.gz")
+
+
+def newest_bundle(folder: Path = Path(".")) -> Path:
+    """The most recently written soarpack-*.tar.gz in `folder` (what `check` and `inspect` take by default)."""
+    found = sorted(folder.glob(DEFAULT_NAME_GLOB), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ConfigError(f"no {DEFAULT_NAME_GLOB} in {folder.resolve()}", "run soarpack build first, or pass BUNDLE")
+    return found[-1]
+
+
+def _refuse_existing(path: Path, force: bool) -> None:
+    if os.path.lexists(path) and not force:
+        raise OutputExistsError(f"{path} exists", "pass --force to replace it, or -o for another name")
 
 
 def _copy_sources(stage: Path) -> None:
@@ -223,9 +250,13 @@ def build_bundle(
     calib_rows: Optional[int] = None,  # default: the recipe's, else soarpack.quant.options.CALIBRATION_DEFAULTS
     max_bytes: int = layout.MAX_BYTES,
     warn_bytes: int = layout.WARN_BYTES,
+    force: bool = False,
     log: Callable[[str], None] = print,
 ) -> BuildResult:
-    """Build the submission tarball; every input is checked before the slow parts (wheels, packing)."""
+    """Build the submission tarball; every input is checked before the slow parts (wheels, packing).
+
+    `out` None: soarpack-PROFILE-RECIPE-HASH8.tar.gz in the current folder, named after the content. An existing
+    output is replaced only with `force`."""
     from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
     from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
 
@@ -242,9 +273,11 @@ def build_bundle(
     check_input_names(calib + ([Path(str(recipe))] if recipe is not None and Path(str(recipe)).is_file() else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
-    out_path = Path(out) if out is not None else default_output(prof.name)
-    ensure_writable_output(out_path, what="-o", inputs=_input_paths(profile, recipe, sglang_src, calib, wheel_dir),
-                           make_parent=True)
+    inputs = _input_paths(profile, recipe, sglang_src, calib, wheel_dir)
+    out_path = Path(out) if out is not None else default_output(prof.name, "recipe", "0" * 8)  # probe: the folder
+    ensure_writable_output(out_path, what="-o", inputs=inputs, make_parent=True)
+    if out is not None:
+        _refuse_existing(out_path, force)
     fallback = load_profile(prof.fallback) if prof.fallback else None
     warnings: List[str] = []
 
@@ -287,6 +320,10 @@ def build_bundle(
         }
         manifest = render_manifest(stage, meta)
         atomic_write_json(stage / MANIFEST_NAME, manifest)
+        if out is None:
+            out_path = default_output(prof.name, rec.name, content_hash(manifest))
+            ensure_writable_output(out_path, what="-o", inputs=inputs)
+            _refuse_existing(out_path, force)
         # Packed beside the target and renamed over it only once it is complete and within the limit.
         with atomic_file(out_path) as packed:
             write_tarball(stage, packed)

@@ -97,11 +97,13 @@ class CheckReport:
 
 
 class _Runner:
-    def __init__(self, report: CheckReport, log: Callable[[Step], None]):
-        self.report, self.log = report, log
+    def __init__(self, report: CheckReport, log: Callable[[Step], None],
+                 started: Callable[[str], None] = lambda name: None):
+        self.report, self.log, self.started = report, log, started
 
     @contextmanager
     def step(self, name: str) -> Iterator[Dict[str, Any]]:
+        self.started(name)
         info: Dict[str, Any] = {"detail": "", "versions": None}
         t0 = time.monotonic()
         status = PASS
@@ -315,10 +317,12 @@ def check_bundle(
     dev_stack: bool = False,
     log: Callable[[Step], None] = lambda step: None,
     note: Callable[[str], None] = lambda message: None,
+    started: Callable[[str], None] = lambda name: None,
 ) -> CheckReport:
     """Run every check and the rehearsal; each step passes, fails or is skipped with its reason.
 
     note: one-off messages while a step runs (building the image stand-in the first time).
+    started: called with a step's name when it starts (`log` gets the step when it ends).
     """
     bundle = Path(bundle)
     if sglang_fork is not None:
@@ -326,7 +330,7 @@ def check_bundle(
 
         resolve_src(sglang_fork)  # not a fork checkout: say so now, not as a crash in the rehearsal
     report = CheckReport(str(bundle), stack=DEV_STACK if dev_stack else IMAGE_STACK)
-    r = _Runner(report, log)
+    r = _Runner(report, log, started)
     tmp_obj = None
     if work_dir is None:
         tmp_obj = tempfile.TemporaryDirectory(prefix="soarpack-check-")

@@ -124,7 +124,7 @@ def _resolve(parts: list[str], links: dict[str, str]) -> list[str] | None:
     return out
 
 
-def _member_problem(member: tarfile.TarInfo) -> str | None:
+def member_problem(member: tarfile.TarInfo) -> str | None:
     """What is wrong with a member on its own (its name and type); links are checked against the whole archive."""
     name = member.name
     if not name or name.startswith("/") or PurePosixPath(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
@@ -162,7 +162,7 @@ def check_members(members: list[tarfile.TarInfo]) -> list[tarfile.TarInfo]:
 
     seen: set[str] = set()
     for member in members:
-        problem = _member_problem(member)
+        problem = member_problem(member)
         if problem:
             raise refuse(member, problem)
         key = "/".join(_parts(member.name))

@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence
 
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import atomic_write_json, sha256_file
@@ -135,14 +135,27 @@ def make_pure_wheel(dest_dir: Path, name: str, version: str, modules: Optional[d
     return path
 
 
-def _pip(python: str, args: Sequence[str], what: str) -> subprocess.CompletedProcess:
+# pip's lines worth showing while it works: one per package fetched or built (the rest is resolver chatter).
+_PIP_PROGRESS = ("Collecting ", "Downloading ", "Building wheel for ", "Created wheel for ", "File was already downloaded")
+
+
+def _pip(python: str, args: Sequence[str], what: str, log: Optional[Callable[[str], None]] = None,
+         env: Optional[dict] = None) -> str:
+    """Run pip; stream its per-package lines to `log` as they come; return its output. A failure raises WheelError."""
     cmd = [python, "-m", "pip", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-3:]
-        raise WheelError(f"{what} failed: {' | '.join(tail) or 'pip exited ' + str(proc.returncode)}",
-                         "check the network to PyPI, or build with --no-wheels / --wheel-dir DIR")
-    return proc
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}  # its lines as they come, not in blocks
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if log is not None and line.lstrip().startswith(_PIP_PROGRESS):
+            log(f"  pip: {line.strip()}")
+    returncode = proc.wait()
+    if returncode != 0:
+        tail = [ln for ln in lines if ln.strip()][-3:]
+        raise WheelError(f"{what} failed: {' | '.join(tail) or 'pip exited ' + str(returncode)}",
+                         "check the network to PyPI, or build with --wheel-dir DIR")
+    return "\n".join(lines)
 
 
 @functools.lru_cache(maxsize=1)
@@ -195,24 +208,75 @@ def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log=print) -> Non
     sdists = [w for w in missing if w.source == "sdist"]
     if binaries:
         log(f"downloading {len(binaries)} wheels for cp310 manylinux x86_64 into {cache}")
-        _pip(sys.executable, ["download", "--no-deps", "--disable-pip-version-check", "-d", str(cache), *_platform_args(),
-                              *[w.spec for w in binaries]], "pip download of the platform wheels")
+        _pip(sys.executable, ["download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off", "-d",
+                              str(cache), *_platform_args(), *[w.spec for w in binaries]],
+             "pip download of the platform wheels", log=log)
     if sdists:
         py310 = find_python310()
         needs_310 = [w for w in sdists if canonical(w.name) == "pypcre"]
         if needs_310 and py310 is None:
             raise WheelError("building the pypcre wheel needs a CPython 3.10 (the platform's Python) and none was found",
-                             "install one (pyenv install 3.10, uv python install 3.10) or set SOARPACK_PYTHON310; "
-                             "or build with --no-wheels")
-        builder = py310 or sys.executable
-        log(f"building {len(sdists)} sdist-only packages into wheels with {builder}")
-        _pip(builder, ["wheel", "--no-deps", "--disable-pip-version-check", "-w", str(cache),
-                       "--no-binary", ",".join(w.name for w in sdists), *[w.spec for w in sdists]],
-             "building wheels from the sdist-only packages")
+                             "install one (pyenv install 3.10" + (", uv python install 3.10" if shutil.which("uv") else "")
+                             + ") or point SOARPACK_PYTHON310 at one")
+        build_sdist_wheels(py310 or sys.executable, sdists, cache, log)
     still = [w.spec for w in lock if _cached(cache, w) is None]
     if still:
         raise WheelError(f"{len(still)} locked wheels are missing or have the wrong sha256 after download: {', '.join(still[:5])}",
                          f"delete {cache} and build again")
+
+
+def build_sdist_wheels(builder: str, sdists: Sequence[LockedWheel], cache: Path, log=print) -> None:
+    """Build the sdist-only packages into `cache` reproducibly: the same sdist gives the same wheel bytes on any
+    machine with the same compiler, whatever the cache or temp folder (see normalize_wheel)."""
+    from soarpack.bundle.tarpack import FIXED_MTIME, safe_extract
+
+    log(f"building {len(sdists)} sdist-only packages into wheels with {builder}")
+    with tempfile.TemporaryDirectory(prefix="soarpack-sdist-") as tmp:
+        tmp = Path(tmp)
+        _pip(builder, ["download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off", "--no-binary",
+                       ",".join(w.name for w in sdists), "-d", str(tmp / "sdists"), *[w.spec for w in sdists]],
+             "downloading the sdists", log=log)
+        sources = []
+        for archive in sorted((tmp / "sdists").iterdir()):
+            dest = tmp / "src" / archive.name
+            if archive.suffix == ".zip":
+                with zipfile.ZipFile(archive) as zf:
+                    zf.extractall(dest)
+            else:
+                safe_extract(archive, dest)
+            sources += [str(d) for d in sorted(dest.iterdir()) if d.is_dir()]
+        # The build folder is random: map it away, or the C extension's debug info records it.
+        cflags = f"{os.environ.get('CFLAGS', '')} -ffile-prefix-map={tmp}=/soarpack-build".strip()
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME), "PYTHONHASHSEED": "0", "CFLAGS": cflags}
+        _pip(builder, ["wheel", "--no-deps", "--disable-pip-version-check", "-w", str(tmp / "built"), *sources],
+             "building wheels from the sdist-only packages", log=log, env=env)
+        for wheel in sorted((tmp / "built").glob("*.whl")):
+            normalize_wheel(wheel, cache / wheel.name)
+
+
+def normalize_wheel(src: Path, dest: Path) -> Path:
+    """Rewrite a wheel deterministically: members sorted (.dist-info last), fixed timestamps and permissions
+    (0644, 0755 for executables), RECORD regenerated from the bytes written."""
+    from soarpack.fsutil import atomic_file
+
+    with zipfile.ZipFile(src) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        record = next((i.filename for i in infos if i.filename.endswith(".dist-info/RECORD")), None)
+        if record is None:
+            raise WheelError(f"{src.name} has no .dist-info/RECORD", "the build backend wrote a broken wheel")
+        members = {i.filename: (zf.read(i), bool((i.external_attr >> 16) & 0o111)) for i in infos
+                   if i.filename != record and not i.filename.endswith((".dist-info/RECORD.jws", ".dist-info/RECORD.p7s"))}
+    names = sorted(members, key=lambda n: (n.split("/", 1)[0].endswith(".dist-info"), n))
+    lines = [_record_line(name, members[name][0]) for name in names] + [f"{record},,"]
+    with atomic_file(dest) as tmp:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as out:
+            for name, data, executable in [(n, *members[n]) for n in names] + [(record, ("\n".join(lines) + "\n").encode(), False)]:
+                info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+                info.create_system = 3
+                info.external_attr = (0o100755 if executable else 0o100644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                out.writestr(info, data, compresslevel=6)
+    return dest
 
 
 def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optional[Path] = None,

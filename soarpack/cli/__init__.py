@@ -11,16 +11,46 @@ from rich.console import Console
 from rich.text import Text
 
 from soarpack import __version__
-from soarpack.errors import SoarpackError
+from soarpack.errors import ConfigError, SoarpackError
 
+
+class UsageError(ConfigError):
+    """A flag given wrongly on the command line."""
+
+# Plain help pages (no rich panels): no `<bool>` after flags, and help text is never read as markup.
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
 app = typer.Typer(
     name="soarpack",
     help="Quantize MiniCPM-SALA, package a SOAR submission, and measure it before you upload.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings=HELP_SETTINGS,
 )
 err_console = Console(stderr=True)
+
+
+def sub_app(help_text: str) -> typer.Typer:
+    """A command group (`soarpack sglang ...`) with the same help style as the top level."""
+    return typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP_SETTINGS)
+
+
+def renamed(value, old_value, flag: str, old_flag: str):
+    """The value of an option given under its name or its old, hidden spelling (kept for one release)."""
+    if old_value is None:
+        return value
+    if value is not None and value != old_value:
+        raise UsageError(f"{flag} and {old_flag} are one option given twice", f"pass only {flag}")
+    err_console.print(f"note: {old_flag} is now {flag}; the old name goes in the next release", highlight=False)
+    return old_value
+
+
+def required(value, flag: str):
+    """Refuse a missing option that is required but has a hidden alias (so Typer cannot require it itself)."""
+    if value is None:
+        raise UsageError(f"missing option {flag}", "see --help")
+    return value
 
 
 def _version(value: bool) -> None:
@@ -78,6 +108,14 @@ def subcommand(typer_app: typer.Typer, *args, **kwargs):
 def _register_all() -> None:
     # Each module adds its commands to `app`; imports stay inside the commands so `--help` is fast.
     from soarpack.cli import bench, bundle, quant, sala, serve  # noqa: F401
+
+    # `soarpack --help` lists the commands in the order a user meets them (groups follow: sglang, wheels).
+    rank = {name: i for i, name in enumerate(WORKFLOW)}
+    app.registered_commands.sort(key=lambda info: rank.get(info.name, len(rank)))
+
+
+WORKFLOW = ("tiny-model", "calib", "quantize", "verify", "serve-check", "profiles", "args", "build", "inspect", "check",
+            "eval", "bench", "speedset", "score", "compare", "rehearse-server")
 
 
 _register_all()

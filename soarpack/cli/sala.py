@@ -12,20 +12,28 @@ from soarpack.cli import command
 
 @command("tiny-model")
 def tiny_model(
-    out: Path = typer.Argument(..., help="Directory to write the checkpoint to."),
-    layers: int = typer.Option(4, "--layers", help="Number of decoder layers."),
+    out: Path = typer.Argument(..., metavar="OUT", help="Directory to write the checkpoint to."),
+    layers: int = typer.Option(4, "--layers", metavar="N", help="Number of decoder layers."),
     pattern: Optional[str] = typer.Option(
-        None, "--pattern", help="Layer kinds as a string of S (sparse, minicpm4) and L (lightning), e.g. SLLS. Overrides --layers."
+        None, "--pattern", metavar="SL...",
+        help="Layer kinds as a string of S (sparse, minicpm4) and L (lightning), e.g. SLLS. Overrides --layers."
     ),
-    hidden: int = typer.Option(256, "--hidden", help="hidden_size (a multiple of 128 keeps it Marlin-shaped)."),
-    intermediate: int = typer.Option(640, "--intermediate", help="intermediate_size."),
-    heads: int = typer.Option(2, "--heads", help="Attention heads of both layer kinds (head_dim 128)."),
-    kv_heads: int = typer.Option(1, "--kv-heads", help="KV heads of the sparse layers."),
-    vocab: int = typer.Option(512, "--vocab", help="Vocabulary size (tokenizer trained to it)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for weights and tokenizer."),
+    hidden: int = typer.Option(256, "--hidden", metavar="N", help="hidden_size (a multiple of 128 keeps it Marlin-shaped)."),
+    intermediate: int = typer.Option(640, "--intermediate", metavar="N", help="intermediate_size."),
+    heads: int = typer.Option(2, "--heads", metavar="N", help="Attention heads of both layer kinds (head_dim 128)."),
+    kv_heads: int = typer.Option(1, "--kv-heads", metavar="N", help="KV heads of the sparse layers."),
+    vocab: int = typer.Option(512, "--vocab", metavar="N", help="Vocabulary size (tokenizer trained to it)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed for weights and tokenizer."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the path and layer kinds as JSON."),
 ) -> None:
-    """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout."""
+    """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout.
+
+    Example:
+
+    \b
+      soarpack tiny-model tiny --pattern SLLS
+    """
     from soarpack.errors import ConfigError
     from soarpack.sala.config import LIGHTNING, SPARSE
     from soarpack.sala.tiny import make_tiny_model
@@ -50,4 +58,11 @@ def tiny_model(
         seed=seed,
         force=force,
     )
+    if as_json:
+        import json
+
+        from soarpack.sala.config import load_config
+
+        typer.echo(json.dumps({"path": str(path), "mixer_types": list(load_config(path).mixer_types)}, indent=2))
+        return
     typer.echo(f"wrote tiny MiniCPM-SALA checkpoint to {path}")

@@ -8,12 +8,12 @@ from typing import List, Optional
 
 import typer
 
-from soarpack.cli import app, command, err_console, subcommand
+from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
 
-sglang_app = typer.Typer(help="Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.", no_args_is_help=True)
+sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
 
-_SRC_HELP = "The fork's python/ directory (the one holding sglang/), or the repository root."
+_SRC_HELP = "The SGLang fork's python/ folder (the one holding sglang/), or its repository root."
 _PATCH_HELP = "Only this patch (repeatable); default: all, in order."
 
 
@@ -41,12 +41,21 @@ def _print_tree_report(report) -> None:
 
 @subcommand(sglang_app, "check")
 def sglang_check(
-    src: Path = typer.Option(..., "--src", help=_SRC_HELP),
-    patch: Optional[List[str]] = typer.Option(None, "--patch", help=_PATCH_HELP),
+    src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR", help=_SRC_HELP + " [required]"),
+    patch: Optional[List[str]] = typer.Option(None, "--patch", metavar="NAME", help=_PATCH_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
 ) -> None:
-    """Which patches apply, are already applied or fail on a tree, and which fork commit it matches."""
+    """Which patches apply, are already applied or fail on a tree, and which fork commit it matches.
+
+    Example:
+
+    \b
+      soarpack sglang check --sglang-src ~/sglang/python
+    """
     from soarpack.serve.patches import PatchError, check_tree
+
+    src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
 
     report = check_tree(src, patch or None)
     if as_json:
@@ -60,14 +69,27 @@ def sglang_check(
 
 @subcommand(sglang_app, "apply")
 def sglang_apply(
-    src: Path = typer.Option(..., "--src", help=_SRC_HELP),
-    out: Path = typer.Option(..., "--out", help="Where the patched copy goes (the same as --src patches in place)."),
-    patch: Optional[List[str]] = typer.Option(None, "--patch", help=_PATCH_HELP),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
+    src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR", help=_SRC_HELP + " [required]"),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR",
+                                       help="Where the patched copy goes (the same as --sglang-src patches in "
+                                            "place). [required]"),
+    patch: Optional[List[str]] = typer.Option(None, "--patch", metavar="NAME", help=_PATCH_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --output."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
+    old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """Copy the tree to --out with our patches applied; all or nothing."""
+    """Copy the tree to --output with our patches applied; all or nothing.
+
+    Example:
+
+    \b
+      soarpack sglang apply --sglang-src ~/sglang/python -o patched/python
+    """
     from soarpack.serve.patches import apply_patches
+
+    src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
+    out = required(renamed(out, old_out, "--output", "--out"), "--output")
 
     report = apply_patches(src, out, patch or None, force=force)
     if as_json:
@@ -79,7 +101,13 @@ def sglang_apply(
 
 @subcommand(sglang_app, "list")
 def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The patches, in apply order, with what each changes."""
+    """The patches, in apply order, with what each changes.
+
+    Example:
+
+    \b
+      soarpack sglang list
+    """
     from soarpack.serve.patches import load_patches, patch_dir
 
     patches = load_patches()
@@ -94,18 +122,29 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 @command("args")
 def args_cmd(
-    profile: str = typer.Argument("safe", help="Serving profile name (soarpack profiles) or a .toml path; default: the default profile."),
+    profile: str = typer.Argument("safe", metavar="PROFILE",
+                                  help="Serving profile name (soarpack profiles) or a .toml path."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
-    src: Optional[Path] = typer.Option(None, "--src", help="Lint the flags against this fork tree's server_args.py."),
+    src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR",
+                                       help="Lint the flags against this fork tree's server_args.py."),
     unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),
+    old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
 ) -> None:
-    """Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2)."""
+    """Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2).
+
+    Example, as the platform starts its server (start yours the same way):
+
+    \b
+      export SGLANG_SERVER_ARGS="$(soarpack args safe)"
+      python -m sglang.launch_server --model-path Q $SGLANG_SERVER_ARGS
+    """
     from rich.markup import escape
 
     from soarpack.serve.lint import lint_args, raise_on_errors
     from soarpack.serve.patches import resolve_src
     from soarpack.serve.profiles import load_profile
 
+    src = renamed(src, old_src, "--sglang-src", "--src")
     prof = load_profile(profile)
     tree = resolve_src(src) if src else None
     findings = lint_args(prof.args, recipe=prof.recipe, patched=set() if unpatched else set(prof.patches), server_args_py=tree)
@@ -122,7 +161,13 @@ def args_cmd(
 
 @command("profiles")
 def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The serving profiles: recipe, patches, fallback, and what each is for."""
+    """The serving profiles: recipe, patches, fallback, and what each is for.
+
+    Example:
+
+    \b
+      soarpack profiles
+    """
     from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
@@ -137,16 +182,28 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 
 @command("serve-check")
 def serve_check_cmd(
-    ckpt: Path = typer.Argument(..., help="A quantized checkpoint (written by soarpack quantize)."),
-    sglang_src: Path = typer.Option(..., "--sglang-src", help=_SRC_HELP),
-    recipe: Optional[str] = typer.Option(None, "--recipe", help="Judge against this recipe; default: the one the checkpoint names."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Serving profile whose SGLANG_SERVER_ARGS the fork parses; default: the default profile."),
-    python: Optional[Path] = typer.Option(None, "--python", help="The child's interpreter (torch and the fork's deps); default: the image stand-in."),
+    ckpt: Path = typer.Argument(..., metavar="CKPT", help="A quantized checkpoint (written by soarpack quantize)."),
+    sglang_src: Path = typer.Option(..., "--sglang-src", metavar="DIR", help=_SRC_HELP),
+    recipe: Optional[str] = typer.Option(None, "--recipe", metavar="NAME|FILE",
+                                         help="Judge against this recipe; default: the one the checkpoint names."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE",
+                                          help="Serving profile whose SGLANG_SERVER_ARGS the fork parses; default: "
+                                               "the default profile."),
+    python: Optional[Path] = typer.Option(None, "--python", metavar="PYTHON",
+                                          help="The child's interpreter (torch and the fork's deps); default: the "
+                                               "image stand-in."),
     dev_stack: bool = typer.Option(False, "--dev-stack", help="Run the child on this interpreter instead of the image stand-in."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Load a checkpoint through the SGLang fork's own code on a CPU: quant method per linear, leftover tensors,
-    unwritten parameters. Exit 0 pass, 1 fail, 2 bad input."""
+    """Load a checkpoint through the SGLang fork's own code on a CPU.
+
+    Shows the quant method per linear, leftover tensors and unwritten parameters. Exit 0 pass, 1 fail, 2 bad input.
+
+    Example:
+
+    \b
+      soarpack serve-check Q --sglang-src ~/sglang/python
+    """
     from soarpack.serve.forkcheck import run_fork_check
     from soarpack.serve.profiles import load_profile
 
@@ -166,19 +223,33 @@ def serve_check_cmd(
 
 @command("rehearse-server")
 def rehearse_server_cmd(
-    ckpt: Path = typer.Argument(..., help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
-    data: Path = typer.Option(..., "--data", help="Your copy of the public set (perf_public_set.jsonl)."),
-    profile: str = typer.Option("safe", "--profile", help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
-    out: Path = typer.Option(Path("rehearsal"), "-o", "--out", help="Folder for server.log, eval.json, bench.json, score.json."),
-    port: int = typer.Option(30000, "--port", help="The server's port (the platform's is 30000)."),
-    per_task: int = typer.Option(6, "--per-task", min=1, help="Eval rows per task (a stratified slice)."),
-    bench_rows: int = typer.Option(8, "--bench-rows", min=1, help="Rows of the short bench (each tier)."),
-    ready_timeout: float = typer.Option(600.0, "--ready-timeout", help="Seconds to wait for /health."),
-    python: Optional[str] = typer.Option(None, "--python", help="The Python with the fork installed; default: this one."),
+    ckpt: Path = typer.Argument(..., metavar="CKPT", help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
+    data: Path = typer.Option(..., "--data", metavar="FILE", help="Your copy of the public set (perf_public_set.jsonl)."),
+    profile: str = typer.Option("safe", "--profile", metavar="NAME|FILE",
+                                help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR",
+                                       help="Folder for server.log, eval.json, bench.json, score.json "
+                                            "(default: rehearsal)."),
+    port: int = typer.Option(30000, "--port", metavar="PORT", help="The server's port (the platform's is 30000)."),
+    per_task: int = typer.Option(6, "--per-task", metavar="N", min=1, help="Eval rows per task (a stratified slice)."),
+    bench_rows: int = typer.Option(8, "--bench-rows", metavar="N", min=1, help="Rows of the short bench (each tier)."),
+    ready_timeout: float = typer.Option(600.0, "--ready-timeout", metavar="SECONDS", help="How long to wait for /health."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PYTHON",
+                                         help="The Python with the fork installed; default: this one."),
+    old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """On a GPU box with the fork installed: start sglang.launch_server as the platform does, eval a slice, bench
-    briefly, score, and report the accuracy gate C with its margin. Exit 1 when C < 1 or a request failed."""
+    """On a GPU box with the fork installed: serve CKPT as the platform does, eval a slice, bench, score.
+
+    Reports the accuracy gate C with its margin. Exit 1 when C < 1 or a request failed.
+
+    Example:
+
+    \b
+      soarpack rehearse-server Q --data perf_public_set.jsonl --profile safe
+    """
     import sys
+
+    out = renamed(out, old_out, "--output", "--out") or Path("rehearsal")
 
     from soarpack.serve.server import rehearse_server
 

@@ -1,0 +1,131 @@
+"""`soarpack compare`: eval and bench results of several runs side by side, against the gate.
+
+Files are grouped into runs by their label (`--label` of eval/bench), else by the served model id. Speed scores
+are relative: S = 100 × best / ours with `best` the fastest of the compared runs per tier (or the given best
+times), so the fastest run scores 100. A run is below the gate when its eval says C < 1 or is incomplete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from soarpack.bench.competition import TIER_WEIGHTS, read_result, durations_from_bench, tier_score
+from soarpack.bench.evaluate import EVAL_KIND
+from soarpack.bench.scoring import c_factor
+from soarpack.bench.speed import BENCH_KIND
+from soarpack.errors import InputDataError
+
+TIERS = tuple(TIER_WEIGHTS)
+
+
+@dataclass
+class Run:
+    name: str
+    files: List[str] = field(default_factory=list)
+    accuracy: Optional[float] = None  # overall_accuracy of the eval
+    c: Optional[float] = None
+    eval_complete: Optional[bool] = None
+    per_task: Dict[str, float] = field(default_factory=dict)
+    durations: Dict[str, float] = field(default_factory=dict)
+    scores: Dict[str, float] = field(default_factory=dict)
+    final: Optional[float] = None
+
+    @property
+    def below_gate(self) -> bool:
+        return self.eval_complete is False or (self.c is not None and self.c < 1.0)
+
+
+def _kind(path: Path) -> str:
+    try:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise InputDataError(f"{path} does not exist", "pass the -o files of soarpack eval and bench") from None
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise InputDataError(f"{path} is not a JSON result", "pass the -o files of soarpack eval and bench") from None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in (EVAL_KIND, BENCH_KIND):
+        raise InputDataError(f"{path} is neither a soarpack eval nor a bench result", "pass the -o files of soarpack eval and bench")
+    return kind
+
+
+def _run_name(data: dict, path: Path) -> str:
+    measured = data.get("measured") or {}
+    return measured.get("label") or data.get("model") or path.stem
+
+
+def load_runs(paths: Sequence[Path]) -> List[Run]:
+    """One Run per label (or served model), in the order of first appearance."""
+    runs: Dict[str, Run] = {}
+    for path in map(Path, paths):
+        kind = _kind(path)
+        what = "eval" if kind == EVAL_KIND else "bench"
+        data = read_result(path, kind, what)
+        run = runs.setdefault(_run_name(data, path), Run(_run_name(data, path)))
+        if kind == EVAL_KIND:
+            if run.accuracy is not None:
+                raise InputDataError(f"two eval results for run {run.name!r}: {run.files} and {path}",
+                                     "give each run its own --label, or pass one eval per run")
+            run.accuracy = float(data["overall_accuracy"])
+            run.c = c_factor(run.accuracy)
+            run.eval_complete = bool(data.get("complete"))
+            run.per_task = {task: float(b["accuracy"]) for task, b in (data.get("per_task") or {}).items()}
+        else:
+            durations = durations_from_bench(path)
+            if set(durations) & set(run.durations):
+                raise InputDataError(f"run {run.name!r} has tier(s) {sorted(set(durations) & set(run.durations))} twice "
+                                     f"({run.files} and {path})", "give each run its own --label")
+            run.durations.update(durations)
+        run.files.append(str(path))
+    return list(runs.values())
+
+
+def score_runs(runs: List[Run], best: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    """Fill each run's tier scores and final score; return the best times used (given, else the fastest run's)."""
+    best = dict(best or {})
+    for tier in TIERS:
+        times = [r.durations[tier] for r in runs if tier in r.durations]
+        if tier not in best and times:
+            best[tier] = min(times)
+    for run in runs:
+        run.scores = {t: tier_score(best[t], run.durations[t]) for t in TIERS if t in run.durations}
+        if len(run.scores) == len(TIERS):
+            speed = sum(TIER_WEIGHTS[t] * run.scores[t] for t in TIERS)
+            run.final = round(speed * (1.0 if run.c is None else run.c), 4)
+    return best
+
+
+COLUMNS = ("run", "accuracy", "C", "S1", "S8", "Smax", "final", "gate")
+
+
+def _cells(run: Run) -> List[str]:
+    def num(value: Optional[float], fmt: str = ".2f") -> str:
+        return "-" if value is None else format(value, fmt)
+
+    accuracy = num(run.accuracy) + ("" if run.eval_complete in (None, True) else " (incomplete)")
+    gate = "-" if run.c is None else ("below" if run.below_gate else "pass")
+    final = num(run.final) + (" (C=1 assumed)" if run.final is not None and run.c is None else "")
+    return [run.name, accuracy, num(run.c, "g"), *[num(run.scores.get(t)) for t in TIERS], final, gate]
+
+
+def render(runs: List[Run], fmt: str, best: Dict[str, float]) -> str:
+    """The comparison as `table` (aligned text), `md`, `csv` or `json`."""
+    if fmt == "json":
+        return json.dumps({"best_s": best, "runs": [{**asdict(r), "below_gate": r.below_gate} for r in runs]}, indent=2)
+    rows = [list(COLUMNS)] + [_cells(r) for r in runs]
+    if fmt == "csv":
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        return out.getvalue().rstrip("\n")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    if fmt == "md":
+        lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
+        lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        return "\n".join(lines)
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    return "\n".join(lines)
