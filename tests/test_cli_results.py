@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from fake_sglang_server import ChatReply, FakeSGLang
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.bundle.build import build_bundle
+from soarpack.bundle.summary import inspect_bundle
 from soarpack.cli import app
 from soarpack.errors import ConfigError, OutputExistsError
 
@@ -86,7 +87,8 @@ def test_results_record_what_they_measured(tmp_path):
     bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, calib_rows=8, log=lambda m: None)
     data, out = _data(tmp_path), tmp_path / "eval.json"
     with FakeSGLang(chat=_right, model_id="/models/q") as server:
-        run_eval(EvalConfig(api_base=server.url, data=data, output=out, label="w4-mlp try 2", bundle=bundle.path))
+        run_eval(EvalConfig(api_base=server.url, data=data, output=out, label="w4-mlp try 2",
+                            bundle=inspect_bundle(bundle.path)))
     saved = json.loads(out.read_text())
     assert saved["measured"]["label"] == "w4-mlp try 2"
     assert saved["measured"]["served_model"]["id"] == "/models/q"

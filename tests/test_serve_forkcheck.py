@@ -22,7 +22,7 @@ from soarpack.serve import forkcheck as F
 from soarpack.serve.patches import apply_patches
 
 RECIPES = ("w4-mlp", "w4-full", "w4-balanced")
-FAST = dict(num_rows=16, max_len=128, seed=0, device="cpu", quiet=True, quality=False)
+FAST = dict(rows=16, max_len=128, seed=0, device="cpu", quality=False)
 IN_CI = os.environ.get("CI") == "true"
 
 
@@ -52,6 +52,7 @@ def patched_trees(sglang_fork_trees, tmp_path_factory):
 def quantized(tmp_path_factory):
     """{recipe: checkpoint} of one tiny SALA model, quantized once per session per recipe (CPU-heavy)."""
     pytest.importorskip("gptqmodel")
+    from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
     from soarpack.sala.tiny import make_tiny_model
 
@@ -60,7 +61,7 @@ def quantized(tmp_path_factory):
     out = {}
     for recipe in RECIPES:
         out[recipe] = work / recipe
-        quantize(tiny, out[recipe], recipe=recipe, **FAST)
+        quantize(tiny, out[recipe], quantize_options(recipe=recipe, **FAST))
     return out
 
 

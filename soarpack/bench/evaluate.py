@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
@@ -55,7 +55,7 @@ class EvalConfig:
     resume: bool = False  # keep an existing output's rows although its server or model differ
     force: bool = False  # start over; the existing output is kept beside as NAME.old-N.json
     label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
-    bundle: Optional[Path] = None  # the bundle whose checkpoint the server runs (its identity is recorded)
+    bundle: Optional[Dict[str, Any]] = None  # `soarpack inspect` of the bundle whose checkpoint the server runs
 
 
 def check_eval_config(cfg: EvalConfig) -> None:
@@ -217,7 +217,7 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
     header = {"kind": EVAL_KIND, "version": 2, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
               "num_samples": cfg.num_samples, "retries": cfg.retries}
-    bundle_measured = measured(cfg.label, cfg.bundle, None)  # a bad --bundle stops the run before any request
+    bundle_measured = measured(cfg.label, cfg.bundle, None)
     last_save = [0.0]
 
     def report() -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 import soarpack
@@ -16,13 +15,8 @@ def tool_versions() -> Dict[str, str]:
     return {"soarpack": soarpack.__version__, "python": platform.python_version(), "httpx": httpx.__version__}
 
 
-def measured(label: Optional[str], bundle: Optional[Path], served: Optional[dict]) -> Dict[str, Any]:
-    """The `measured` block of an eval or bench result: the user's label, the bundle's identity (from its
-    MANIFEST) and the server's model id and path."""
-    out: Dict[str, Any] = {"label": label, "bundle": None, "served_model": served}
-    if bundle is not None:
-        from soarpack.bundle.summary import inspect_bundle
-
-        summary = inspect_bundle(bundle)
-        out["bundle"] = {k: summary[k] for k in ("path", "sha256", "profile", "recipe", "soarpack_version")}
-    return out
+def measured(label: Optional[str], bundle: Optional[Dict[str, Any]], served: Optional[dict]) -> Dict[str, Any]:
+    """The `measured` block of an eval or bench result: the user's label, the bundle's identity (the caller reads it
+    from the bundle's MANIFEST: bench sits below bundle) and the server's model id and path."""
+    keys = ("path", "sha256", "profile", "recipe", "soarpack_version")
+    return {"label": label, "bundle": {k: bundle.get(k) for k in keys} if bundle else None, "served_model": served}

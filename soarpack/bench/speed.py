@@ -20,7 +20,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
@@ -93,7 +93,7 @@ class BenchConfig:
     stall_s: float = DEFAULT_STALL_S
     concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
     label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
-    bundle: Optional[Path] = None  # the bundle whose checkpoint the server runs (its identity is recorded)
+    bundle: Optional[Dict[str, Any]] = None  # `soarpack inspect` of the bundle whose checkpoint the server runs
 
 
 def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest], duration_s: float) -> dict:
@@ -193,7 +193,7 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
     check_bench_config(cfg)
     pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
     api_base = http.check_api_base(cfg.api_base)
-    bundle_measured = measured(cfg.label, cfg.bundle, None)  # a bad --bundle stops the run before any request
+    bundle_measured = measured(cfg.label, cfg.bundle, None)
     report = {"kind": BENCH_KIND, "version": 2, "api_base": api_base, "seed": cfg.seed, "tiers": {}}
     # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
     async with http.make_client(api_base, None, cfg.timeout_s) as client:

@@ -21,6 +21,15 @@ from soarpack.errors import SoarpackError
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
 _BUNDLE_HELP = "The bundle the server's checkpoint came from: its sha256, profile and recipe are recorded."
+
+
+def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
+    """What a result records of --bundle (read from its MANIFEST); a bad bundle stops the run before any request."""
+    if bundle is None:
+        return None
+    from soarpack.bundle.summary import inspect_bundle
+
+    return inspect_bundle(bundle)
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
@@ -121,7 +130,7 @@ def eval_cmd(
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
     cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir, concurrency=concurrency,
                      num_samples=rows, timeout_s=timeout, max_tokens=max_tokens, stall_s=stall_timeout,
-                     retries=retries, resume=resume, force=force, label=label, bundle=bundle)
+                     retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
     check_eval_config(cfg)
     if model_dir is None:
         _say("note: no --model-dir: requests carry no stop strings (the platform sends the model's eos tokens)")
@@ -189,7 +198,7 @@ def bench_cmd(
     tiers = {name: path for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
     cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, output=output, seed=seed,
                       num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
-                      label=label, bundle=bundle)
+                      label=label, bundle=_bundle_identity(bundle))
     check_bench_config(cfg)
     with progress_bars("bench") as update:
         try:
