@@ -149,7 +149,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 calibration={**run.calibration.model_dump(), "set_by": run.sources},
                 timings={k: round(v, 3) for k, v in log.timings.items()},
                 gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality,
-                gla=sanity.gla.to_dict(), modules=module_bits(run), settings=opts.model_dump(mode="json"),
+                gla=sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(opts),
                 versions=library_versions(), notes=list(log.notes))
             atomic_write_json(tmp / REPORT_FILE, result.to_dict())
         log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
@@ -335,6 +335,19 @@ def module_bits(run: Run) -> Dict[str, str]:
     """What the run did to each decoder linear, for the report."""
     return {name: f"{mq.bits}-bit g{mq.group_size}" if mq is not None else "16-bit (kept)"
             for name, mq in run.recipe.plan(run.config).items()}
+
+
+def report_settings(opts: QuantizeOptions) -> Dict[str, Any]:
+    """Every option, with files by name only: the report travels with the checkpoint, machine paths do not."""
+    def name_only(value: Any) -> Any:
+        if isinstance(value, Path):
+            return value.name
+        if isinstance(value, list):
+            return [name_only(v) for v in value]
+        return value
+
+    return {k: name_only(getattr(opts, k)) if k in ("calib", "held_out", "log_file") else v
+            for k, v in opts.model_dump(mode="json").items()}
 
 
 def library_versions() -> Dict[str, str]:
