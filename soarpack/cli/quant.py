@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, get_args
 
 import typer
 
 from soarpack.cli import command
-from soarpack.errors import CheckpointError
+from soarpack.errors import CheckpointError, ConfigError
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
 from soarpack.quant.options import QuantizeOptions
@@ -17,58 +18,99 @@ from soarpack.quant.options import QuantizeOptions
 _D = QuantizeOptions()
 
 
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+# the choices QuantizeOptions accepts, as an Enum so that --help lists them and a typo fails before any work
+AutoMap = Enum("AutoMap", {m.replace("-", "_"): m for m in get_args(QuantizeOptions.model_fields["auto_map"].annotation)},
+               type=str)
+
+
 @command("quantize")
 def quantize_cmd(
-    model_dir: Path = typer.Argument(..., help="The original MiniCPM-SALA checkpoint directory."),
-    out_dir: Path = typer.Argument(..., help="Where to write the GPTQ checkpoint (atomically)."),
+    model_dir: Path = typer.Argument(..., metavar="MODEL_DIR", help="The original MiniCPM-SALA checkpoint directory."),
+    out_dir: Path = typer.Argument(..., metavar="OUT", help="Where to write the GPTQ checkpoint (atomically)."),
     recipe: str = typer.Option(_D.recipe, "--recipe", help="A built-in recipe name or a recipe .toml file."),
-    calib: Optional[List[Path]] = typer.Option(None, "--calib", help="Calibration file(s); repeatable. Default: built-in prompts."),
-    held_out: Optional[List[Path]] = typer.Option(None, "--held-out", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
-    rows: Optional[int] = typer.Option(None, "--rows", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
-    max_len: Optional[int] = typer.Option(None, "--max-len", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
-    seed: Optional[int] = typer.Option(None, "--seed", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
-    device: str = typer.Option(_D.device, "--device", help="auto, cpu or cuda."),
+    calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE", help="Calibration file(s); repeatable. Default: built-in prompts."),
+    held_out: Optional[List[Path]] = typer.Option(None, "--held-out", metavar="FILE", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
+    rows: Optional[int] = typer.Option(None, "--rows", metavar="N", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
+    max_len: Optional[int] = typer.Option(None, "--max-len", metavar="TOKENS", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
+    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
+    device: Device = typer.Option(Device(_D.device), "--device", help="Where to run: a GPU when there is one (auto), cpu or cuda."),
     force: bool = typer.Option(_D.force, "--force", help="Replace a non-empty output directory."),
-    log: Optional[Path] = typer.Option(None, "--log", help="Append a plain log of every phase to this file."),
-    max_sanity_loss: float = typer.Option(_D.sanity_max_loss, "--max-sanity-loss", help="Stop if the original model's loss (nats) exceeds this."),
+    log: Optional[Path] = typer.Option(None, "--log", metavar="FILE", help="Append the run's log, and the libraries' own output, to this file (default: OUT.log beside OUT)."),
+    max_sanity_loss: float = typer.Option(_D.sanity_max_loss, "--max-sanity-loss", metavar="NATS", help="Stop if the original model's loss exceeds this."),
     fp16: bool = typer.Option(False, "--fp16", help="Store non-quantized tensors in float16 (default: keep bfloat16)."),
-    auto_map: str = typer.Option(_D.auto_map, "--auto-map", help="keep | drop-config (remove auto_map.AutoConfig)."),
-    batch: Optional[int] = typer.Option(None, "--batch", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
-    no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality report."),
+    auto_map: AutoMap = typer.Option(AutoMap(_D.auto_map), "--auto-map", help="keep, or drop-config (remove auto_map.AutoConfig)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality measurement."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """GPTQ-quantize MODEL_DIR with a recipe into OUT_DIR, ready for SGLang's gptq_marlin."""
+    """GPTQ-quantize MODEL_DIR with a recipe into OUT, ready for SGLang's gptq_marlin.
+
+    The report is written to OUT/soarpack_quant_report.json.
+
+    Example: soarpack quantize MiniCPM-SALA sala-w4 --recipe w4-mlp
+    """
     from soarpack.cli.progress import QuantizeProgress
     from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
 
+    if quiet and verbose:
+        raise ConfigError("--quiet and --verbose exclude each other", "pick one")
+    log = log or default_log_path(out_dir)
     opts = quantize_options(recipe=recipe, calib=calib or None, held_out=held_out or None, rows=rows,
-                            max_len=max_len, seed=seed, batch=batch, device=device, force=force, log_file=log,
+                            max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log_file=log,
                             sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
-                            auto_map=auto_map, quality=not no_report)
-    with QuantizeProgress() as progress:
-        result = quantize(model_dir, out_dir, opts, on_event=progress.render)
+                            auto_map=auto_map.value, quality=not no_report,
+                            library_output="terminal" if verbose else "log")
+    with QuantizeProgress(verbosity=0 if quiet else 2 if verbose else 1) as progress:
+        try:
+            result = quantize(model_dir, out_dir, opts, on_event=progress.render)
+        except BaseException:
+            progress.say(f"log: {log}")
+            raise
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    _print_result(result)
+    _print_result(result, out_dir, log)
 
 
-def _print_result(result) -> None:
+def default_log_path(out_dir: Path) -> Path:
+    return out_dir.with_name(out_dir.name + ".log")
+
+
+def _print_result(result, out_dir: Path, log: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{result.recipe}: {result.quantized_modules} quantized, {result.skipped_modules} kept 16-bit")
+    from soarpack.quant.run import REPORT_FILE
+
+    bits = sorted({b for b in result.modules.values() if not b.startswith("16")})
+    table = Table(title=f"{result.recipe}: {result.quantized_modules} quantized ({', '.join(bits) or 'none'}), "
+                        f"{result.skipped_modules} kept 16-bit")
     table.add_column("phase")
     table.add_column("seconds", justify="right")
     for k, v in result.timings.items():
         table.add_row(k, f"{v:.1f}")
-    kl = result.quality.get("kl")
-    if kl:
-        table.add_row("KL mean / max", f"{kl['kl_mean']:.4g} / {kl['kl_max']:.4g}")
-        table.add_row("top-1 agreement", f"{kl['top1_agreement']:.3f}")
+    table.add_section()
+    table.add_row("total", f"{sum(result.timings.values()):.1f}")
     console = Console()
     console.print(table)
+    kl = result.quality.get("kl")
+    if kl:
+        quality = Table(title="quality on the held-out rows")
+        quality.add_column("measure")
+        quality.add_column("value", justify="right")
+        quality.add_row("sanity loss (nats)", f"{result.sanity_loss:.3f}")
+        quality.add_row("KL mean / max", f"{kl['kl_mean']:.4g} / {kl['kl_max']:.4g}")
+        quality.add_row("top-1 agreement", f"{kl['top1_agreement']:.3f}")
+        console.print(quality)
     errors = result.quality.get("dequant_error") or {}
     losses = {f"model.layers.{r['layer']}.{r['module']}": r["loss"] for r in result.quality.get("gptq", [])}
     if errors:
@@ -79,6 +121,9 @@ def _print_result(result) -> None:
             loss = losses.get(name)
             worst.add_row(name, f"{err:.4f}", "" if loss is None else f"{loss:.3g}")
         console.print(worst)
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"report: {out_dir / REPORT_FILE}\nlog: {log}")
 
 
 @command("verify")

@@ -36,7 +36,9 @@ LayerCallback = Callable[[int, int], None]  # (layer index, number of layers), a
 _PRIVATE = (
     ("gptqmodel.models._const", "normalize_device"),  # QuantizeConfig keeps "cuda:1" as a str; the looper wants DEVICE
     ("gptqmodel.looper.loop_processor", "_PROJECT_LOG_DIR"),  # per-module logs go to ./logs unless redirected
+    ("gptqmodel.quantization.gptq_cuda", "_EXTENSION"),  # why the block-update JIT failed (last_error_message)
 )
+BLOCK_UPDATE_OFF = "GPTQMODEL_DISABLE_GPTQ_CUDA"  # GPTQModel's public switch for its CUDA block update
 
 
 class EngineError(SoarpackError):
@@ -97,6 +99,21 @@ def ensure_supported() -> None:
         if not hasattr(importlib.import_module(module), attr):
             raise EngineError(f"gptqmodel has no {module}.{attr}: its internals differ from {SUPPORTED_VERSION}",
                               f"install gptqmodel=={SUPPORTED_VERSION}")
+
+
+def build_block_update() -> Optional[str]:
+    """Build (or load from GPTQModel's cache) the CUDA block-update extension GPTQ's first layer would otherwise
+    JIT-compile, so it can happen in the background while weights load. None when it is ready or switched off;
+    otherwise one line saying why not (GPTQModel then uses its torch block update: slower, same math)."""
+    ensure_supported()
+    if os.environ.get(BLOCK_UPDATE_OFF, "").lower() in ("1", "true", "yes", "on"):
+        return None
+    from gptqmodel.quantization import gptq_cuda
+
+    if gptq_cuda.block_update_available():
+        return None
+    reason = gptq_cuda._EXTENSION.last_error_message() or "unknown reason"  # private: see _PRIVATE
+    return f"GPTQModel's CUDA block update did not build ({reason.split(' | ')[0]}); GPTQ uses its torch fallback"
 
 
 def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int]], recipe: Any,

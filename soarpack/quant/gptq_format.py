@@ -19,6 +19,9 @@ from typing import Optional
 import torch
 
 
+QUANT_PARTS = ("qweight", "qzeros", "scales", "g_idx")  # a GPTQ module's tensors, `{module}.{part}`
+
+
 def unpack_rows(packed: torch.Tensor, bits: int) -> torch.Tensor:
     """[n / p, m] int32 -> [n, m] int32 values, p = 32 / bits values per int32 along dim 0, lowest bits first."""
     p = 32 // bits

@@ -47,6 +47,9 @@ class QuantizeOptions(StrictModel):
     device: str = "auto"
     force: bool = False
     log_file: Optional[LoosePath] = None
+    # where GPTQModel's, torch's and transformers' own output goes while the run lasts: the log file (when there
+    # is one) or the terminal's stderr
+    library_output: Literal["log", "terminal"] = "log"
     sanity_max_loss: Optional[float] = Field(8.0, gt=0, allow_inf_nan=False)  # nats; a random 73k-vocab model sits
     # near ln(vocab) ≈ 11.2; not yet measured on the real model
     float_dtype: Literal["bfloat16", "float16"] = "bfloat16"

@@ -10,8 +10,10 @@ Progress goes to an `on_event` callback (the CLI renders it) and, when asked, to
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -22,6 +24,10 @@ import torch
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
 from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
+from soarpack.quant.warmup import start_warmups
+from soarpack.sala.gla import current_backend, use_backend
+
+REPORT_FILE = "soarpack_quant_report.json"
 
 
 @dataclass
@@ -39,6 +45,11 @@ class QuantizeResult:
     gptq_timings: Dict[str, float] = field(default_factory=dict)  # GPTQModel's regions, seconds
     gptq_counts: Dict[str, int] = field(default_factory=dict)  # how often each region ran (hessian_inverse: Hessians)
     quality: Dict[str, Any] = field(default_factory=dict)
+    gla: Dict[str, Any] = field(default_factory=dict)  # the GLA backend the run used and fla's agreement with torch
+    modules: Dict[str, str] = field(default_factory=dict)  # every decoder linear: "4-bit g128" or "16-bit (kept)"
+    settings: Dict[str, Any] = field(default_factory=dict)  # every option of the run, as given
+    versions: Dict[str, str] = field(default_factory=dict)  # soarpack, python and the libraries that did the work
+    notes: List[str] = field(default_factory=list)  # fallbacks taken (a JIT build, the GLA backend)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -80,6 +91,7 @@ class CalibrationData:
 class Sanity:
     loss: float
     ref_logprobs: Optional[List[torch.Tensor]]
+    gla: Any  # soarpack.quant.glacheck.GlaVerdict: the backend the rest of the run uses
 
 
 def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Optional[QuantizeOptions] = None,
@@ -94,18 +106,27 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
     inputs = [model_dir, *(opts.calib or []), *(opts.held_out or [])]
     if opts.log_file:
         ensure_writable_output(opts.log_file, what="--log", inputs=inputs)
-    with RunLog(opts.log_file, on_event) as log:
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(RunLog(opts.log_file, on_event, capture=opts.library_output == "log"))
+        stack.enter_context(cuda_allocator_settings(log))
         with log.phase("check"):
             run = check_inputs(model_dir, out_dir, inputs, opts, log)
+        warmups = start_warmups(run.device, run.config, current_backend())
+        stack.callback(lambda: [log.info("warmup", line) for line in warmups.wait_all()])
         with log.phase("calibration"):
             data = prepare_calibration(model_dir, run, opts, log)
         with log.phase("load"):
             # On the CPU, as in GPTQModel's own loader: its looper moves one layer at a time to the GPU.
             sala = load_model(model_dir, dtype=torch.bfloat16, device="cpu", config=run.config)
         with log.phase("sanity"):
+            if line := warmups.wait("fla"):
+                log.info("sanity", line)
             sanity = sanity_check(sala, data.held_out, run.device, opts, log)
+        stack.enter_context(use_backend(sanity.gla.backend))
         with log.phase("gptq"):
             gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
+        if line := warmups.wait("gptq-block-update"):
+            log.note("gptq", line)
         quantized = checked_quantized(sala, run)
         n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
         quality: Dict[str, Any] = {"gptq": gptq.module_losses}
@@ -127,8 +148,10 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 skipped_modules=n_planned - n_quantized, sanity_loss=round(sanity.loss, 5),
                 calibration={**run.calibration.model_dump(), "set_by": run.sources},
                 timings={k: round(v, 3) for k, v in log.timings.items()},
-                gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality)
-            atomic_write_json(tmp / "soarpack_quant_report.json", result.to_dict())
+                gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality,
+                gla=sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(opts),
+                versions=library_versions(), notes=list(log.notes))
+            atomic_write_json(tmp / REPORT_FILE, result.to_dict())
         log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
                  + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
         return result
@@ -179,13 +202,22 @@ def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "
 
 def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, opts: QuantizeOptions,
                  log: "RunLog") -> Sanity:
-    """One forward of the original model over the held-out rows serves the sanity loss and the KL reference."""
-    sala.to(device)
-    ref_logprobs = next_token_logprobs(sala, held_out, device)
+    """One layer-streamed forward of the original model over the held-out rows serves the sanity loss, the KL
+    reference and, on a GPU with fla, the check that fla's GLA agrees with soarpack's (see glacheck)."""
+    from soarpack.quant.glacheck import backends_to_compare, judge_backends
+    from soarpack.sala.streaming import model_source, streamed_logits
+
+    backends = backends_to_compare(device)
+    streams = streamed_logits(sala.config, model_source(sala), held_out, device, backends=backends)
+    verdict = judge_backends(streams)
+    if verdict.problem:
+        log.note("sanity", verdict.problem)
+    elif verdict.rel_diff is not None:
+        log.info("sanity", f"fla's GLA agrees with soarpack's torch GLA: relative logit difference "
+                           f"{verdict.rel_diff:.2e} (bound {verdict.bound:.0e})")
+    ref_logprobs = logprobs_of(streams[verdict.stream].outputs)
+    del streams
     loss = next_token_loss(ref_logprobs, held_out)
-    sala.to("cpu")
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
     log.info("sanity", f"original next-token loss on {len(held_out)} held-out rows: {loss:.3f} nats")
     if not math.isfinite(loss):
         raise CheckpointError("the original model's loss is not finite (NaN/Inf)",
@@ -195,7 +227,7 @@ def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, 
             f"the original model's next-token loss {loss:.2f} exceeds the sanity bound {opts.sanity_max_loss}",
             "the checkpoint or soarpack.sala is wrong; raise --max-sanity-loss only if you know the model is fine",
         )
-    return Sanity(loss, ref_logprobs if opts.quality else None)
+    return Sanity(loss, ref_logprobs if opts.quality else None, verdict)
 
 
 def engine_options(run: Run, opts: QuantizeOptions) -> Any:
@@ -235,13 +267,18 @@ def save_checkpoint(quantized: Dict[str, Dict[str, torch.Tensor]], model_dir: Pa
 
 def measure_quality(ckpt: Path, held_out: List[List[int]], ref_logprobs: List[torch.Tensor], device: str,
                     log: "RunLog") -> Dict[str, float]:
-    """KL on what was written, read back with our own dequantization, not on GPTQModel's modules."""
-    from soarpack.quant.dequantize import load_dequantized
+    """KL on what was written: the checkpoint's tensors read back from disk and dequantized one layer at a time
+    (our own dequantization, not GPTQModel's modules), through the same layer-streamed forward as the sanity."""
+    from soarpack.quant.dequantize import dequantized_source
+    from soarpack.sala.config import load_config
+    from soarpack.sala.streaming import streamed_logits
 
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    kl = kl_stats(ref_logprobs, next_token_logprobs(load_dequantized(ckpt, dtype=torch.bfloat16, device=device),
-                                                    held_out, device))
+    backend = current_backend()
+    stream = streamed_logits(load_config(ckpt), dequantized_source(ckpt, dtype=torch.bfloat16, device=device),
+                             held_out, device, backends=(backend,))[backend]
+    if stream.error is not None:
+        raise stream.error
+    kl = kl_stats(ref_logprobs, logprobs_of(stream.outputs))
     log.info("quality", "KL(original ‖ quantized) mean {kl_mean:.4g} max {kl_max:.4g}, top-1 agreement "
              "{top1_agreement:.3f}".format(**kl))
     return kl
@@ -284,12 +321,65 @@ def next_token_loss(logprobs: Sequence[torch.Tensor], rows: Sequence[Sequence[in
 
 
 def next_token_logprobs(model: torch.nn.Module, rows: Sequence[Sequence[int]], device: str) -> List[torch.Tensor]:
-    out = []
+    """Per-row log-probabilities [T, vocab] of a whole model (the layer-streamed runs use `logprobs_of`)."""
     with torch.no_grad():
-        for ids in rows:
-            logits = model(torch.tensor([list(ids)], device=device)).float()
-            out.append(torch.log_softmax(logits[0], dim=-1).cpu())
-    return out
+        return logprobs_of([model(torch.tensor([list(ids)], device=device))[0].cpu() for ids in rows])
+
+
+def logprobs_of(logits: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """float32 log-softmax of each row's logits [T, vocab], on the CPU."""
+    return [torch.log_softmax(x.float(), dim=-1) for x in logits]
+
+
+def module_bits(run: Run) -> Dict[str, str]:
+    """What the run did to each decoder linear, for the report."""
+    return {name: f"{mq.bits}-bit g{mq.group_size}" if mq is not None else "16-bit (kept)"
+            for name, mq in run.recipe.plan(run.config).items()}
+
+
+def report_settings(opts: QuantizeOptions) -> Dict[str, Any]:
+    """Every option, with files by name only: the report travels with the checkpoint, machine paths do not."""
+    def name_only(value: Any) -> Any:
+        if isinstance(value, Path):
+            return value.name
+        if isinstance(value, list):
+            return [name_only(v) for v in value]
+        return value
+
+    return {k: name_only(getattr(opts, k)) if k in ("calib", "held_out", "log_file") else v
+            for k, v in opts.model_dump(mode="json").items()}
+
+
+def library_versions() -> Dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from soarpack import __version__
+
+    found = {"soarpack": __version__, "python": sys.version.split()[0]}
+    for name in ("torch", "gptqmodel", "transformers", "safetensors", "triton", "fla-core", "flash-linear-attention"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+@contextmanager
+def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
+    """Expandable segments for the CUDA caching allocator (less reserve lost to fragmentation between phases that
+    allocate differently), set only for this call: the variable is read when CUDA initialises, and restored after.
+    A setting the user made is left alone (GPTQModel's import also sets it when unset: ours comes first)."""
+    names = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+    if any(n in os.environ for n in names) or not torch.cuda.is_available():
+        yield
+        return
+    if torch.cuda.is_initialized():
+        log.info("check", "CUDA was initialised before quantize: the allocator keeps its settings")
+    os.environ[names[0]] = "expandable_segments:True"
+    try:
+        yield
+    finally:
+        os.environ.pop(names[0], None)
 
 
 def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.Tensor]) -> Dict[str, float]:
@@ -308,21 +398,29 @@ def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.
 
 
 class RunLog:
-    """Phase timings; events to the caller's callback and, when asked, plain lines to a log file."""
+    """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
+    libraries' own output also goes while the run lasts (`capture`). Each phase ends by handing the CUDA caching
+    allocator's unused reserve back, so one phase's peak does not stay resident through the next."""
 
-    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback]):
-        self.log_file, self.on_event = log_file, on_event
+    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False):
+        self.log_file, self.on_event, self.capture = log_file, on_event, capture
         self.fh = None
         self.timings: Dict[str, float] = {}
+        self.notes: List[str] = []
         self._layer_t0 = time.perf_counter()
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> "RunLog":
-        self.fh = open(self.log_file, "a", encoding="utf-8") if self.log_file else None
+        from soarpack.quant.capture import library_output_to
+
+        if self.log_file:
+            self.fh = self._stack.enter_context(open(self.log_file, "a", encoding="utf-8"))
+            if self.capture:
+                self._stack.enter_context(library_output_to(Path(self.log_file)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.fh:
-            self.fh.close()
+        self._stack.close()
 
     def emit(self, event: Event) -> None:
         if self.on_event:
@@ -334,6 +432,11 @@ class RunLog:
 
     def info(self, phase: str, message: str) -> None:
         self.emit(Event("info", phase, message))
+
+    def note(self, phase: str, message: str) -> None:
+        """A fallback the run took: shown even when quiet, and kept in the report."""
+        self.notes.append(message)
+        self.emit(Event("problem", phase, message))
 
     def layer(self, i: int, n: int) -> None:
         spent = time.perf_counter() - self._layer_t0
@@ -347,6 +450,8 @@ class RunLog:
         try:
             yield
         finally:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
             dt = time.perf_counter() - t0
             self.timings[name] = self.timings.get(name, 0.0) + dt
             self.emit(Event("phase-end", name, seconds=dt))

@@ -19,7 +19,7 @@ import torch
 
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import INCOMPLETE_MARKER, owner_state, read_incomplete_marker, sha256_file
-from soarpack.quant.gptq_format import dequantize, unpack_cols
+from soarpack.quant.gptq_format import QUANT_PARTS, dequantize, unpack_cols
 from soarpack.quant.recipe import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
                                    ModuleQuant, resolve_plan)
 
@@ -30,7 +30,6 @@ SIDE_FILE_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.jso
                       "generation_config.json", "*.py", "*.model", "vocab*", "merges.txt")
 # Relative Frobenius error ‖W_dq − W‖ / ‖W‖ above which a module is flagged.
 MAX_REL_ERROR = {4: 0.3, 8: 0.03}
-QUANT_PARTS = ("qweight", "qzeros", "scales", "g_idx")
 
 
 @dataclass(frozen=True)

@@ -125,14 +125,18 @@ def finish_loading(model: SalaForCausalLM, ckpt: str | Path, device: str | torch
     cfg = model.config
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    # the non-persistent decay buffers were built on meta: rebuild them on the target device
     for layer in model.model.layers:
-        if hasattr(layer.self_attn, "g"):
-            layer.self_attn.g = -torch.tensor(cfg.lightning_slopes, dtype=torch.float64, device=device)
+        rebuild_buffers(layer, cfg, device)
     leftover = [n for n, p in model.named_parameters() if p.is_meta]
     if leftover:
         raise CheckpointError(f"parameters not loaded from {ckpt}: {leftover[:3]}")
     return model.eval()
+
+
+def rebuild_buffers(layer: torch.nn.Module, cfg: SalaConfig, device: str | torch.device) -> None:
+    """A layer's non-persistent decay buffer, built on meta with the model: make it on `device`."""
+    if hasattr(layer.self_attn, "g"):
+        layer.self_attn.g = -torch.tensor(cfg.lightning_slopes, dtype=torch.float64, device=device)
 
 
 def save_state_dict(

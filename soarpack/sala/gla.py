@@ -18,8 +18,9 @@ the dtype of the inputs.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -35,6 +36,29 @@ def set_backend(name: str) -> str:
         raise ValueError(f"GLA backend must be one of {_BACKENDS}, got {name!r}")
     previous, _backend = _backend, name
     return previous
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """`set_backend(name)` for the duration of a with-block."""
+    previous = set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
+
+
+def current_backend() -> str:
+    return _backend
+
+
+def warm_up_fla(device: str, heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> None:
+    """Compile and autotune fla's chunk kernels for the shapes and dtypes a model forward will use (Triton keys its
+    autotune cache on them), so the first real forward finds them ready. Raises what fla raises."""
+    q, k, v = (torch.randn(1, 2 * DEFAULT_CHUNK, heads, head_dim, device=device, dtype=dtype) for _ in range(3))
+    g = -torch.linspace(0.01, 0.5, heads, device=device, dtype=torch.float64)
+    _fla_gla(q, k, v, g.to(dtype), head_dim**-0.5, None)
+    torch.cuda.synchronize(device)
 
 
 def fla_available() -> bool:

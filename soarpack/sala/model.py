@@ -237,24 +237,32 @@ class SalaForCausalLM(nn.Module):
     def new_cache(self) -> SalaCache:
         return SalaCache.empty(self.config.num_hidden_layers)
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The residual stream's start [B,T,hidden]: token embeddings times scale_emb."""
+        return self.model.embed_tokens(input_ids) * self.config.scale_emb
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The last layer's residual stream [B,T,hidden] → logits [B,T,vocab]."""
+        return self.lm_head(self.model.norm(h) / self.config.logits_divisor)
+
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, cache: Optional[SalaCache] = None) -> torch.Tensor:
         """The final normed hidden state [B,T,hidden], before the logits divisor."""
-        cfg = self.config
-        B, T = input_ids.shape
+        return self.model.norm(self._residual(input_ids, attention_mask, cache))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, cache: Optional[SalaCache] = None) -> torch.Tensor:
+        """input_ids [B,T] → logits [B,T,vocab]. With `cache`, continues from (and updates) the cached state."""
+        return self.logits(self._residual(input_ids, attention_mask, cache))
+
+    def _residual(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], cache: Optional[SalaCache]) -> torch.Tensor:
         position_ids = None
         if attention_mask is not None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        h = self.model.embed_tokens(input_ids) * cfg.scale_emb
+        h = self.embed(input_ids)
         for i, layer in enumerate(self.model.layers):
             # keywords: GPTQModel captures layer 0's call and replays it to every layer
             layer_cache = cache.layers[i] if cache is not None else None
             h = layer(h, position_ids=position_ids, attention_mask=attention_mask, cache=layer_cache)
-        return self.model.norm(h)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, cache: Optional[SalaCache] = None) -> torch.Tensor:
-        """input_ids [B,T] → logits [B,T,vocab]. With `cache`, continues from (and updates) the cached state."""
-        h = self.hidden_states(input_ids, attention_mask, cache)
-        return self.lm_head(h / self.config.logits_divisor)
+        return h
 
     @torch.no_grad()
     def greedy(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:

@@ -1,0 +1,90 @@
+"""The fla agreement check of the sanity phase, with stand-in `fla` modules (fla is Triton: no CPU kernels), and the
+background compiles' behaviour on a CPU and on failure."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+from soarpack.quant.glacheck import FLA_AGREEMENT_RTOL, backends_to_compare, judge_backends
+from soarpack.quant.warmup import Warmups, start_warmups
+from soarpack.sala.checkpoint import load_model
+from soarpack.sala.gla import chunk_gla
+from soarpack.sala.streaming import model_source, streamed_logits
+
+ROWS = [list(range(5, 150)), list(range(200, 233))]
+
+
+def _agreeing(q, k, v, g, scale, initial_state=None, output_final_state=True):
+    return chunk_gla(q, k, v, g[0, 0], scale, initial_state)
+
+
+def _wrong(q, k, v, g, scale, initial_state=None, output_final_state=True):
+    return chunk_gla(q, k, v, torch.zeros_like(g[0, 0]), scale, initial_state)  # forgets the decay
+
+
+def _raising(*args, **kwargs):
+    raise ValueError("head_first is no longer supported")
+
+
+@pytest.fixture
+def stand_in_fla(monkeypatch):
+    def install(fn):
+        ops = types.ModuleType("fla.ops.simple_gla")
+        ops.chunk_simple_gla = ops.fused_recurrent_simple_gla = fn
+        for name, module in (("fla", types.ModuleType("fla")), ("fla.ops", types.ModuleType("fla.ops")),
+                             ("fla.ops.simple_gla", ops)):
+            monkeypatch.setitem(sys.modules, name, module)
+    return install
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_model(tiny_model_dir, dtype=torch.bfloat16)
+
+
+def _verdict(model):
+    return judge_backends(streamed_logits(model.config, model_source(model), ROWS, "cpu", backends=("fla", "torch")))
+
+
+def test_agreeing_fla_is_kept(stand_in_fla, model):
+    stand_in_fla(_agreeing)
+    verdict = _verdict(model)
+    assert verdict.backend == "auto" and verdict.stream == "fla" and not verdict.problem
+    assert verdict.rel_diff < FLA_AGREEMENT_RTOL
+
+
+def test_wrong_fla_sends_the_run_to_torch(stand_in_fla, model):
+    stand_in_fla(_wrong)
+    verdict = _verdict(model)
+    assert verdict.backend == "torch" and verdict.stream == "torch"
+    assert verdict.rel_diff > FLA_AGREEMENT_RTOL and "disagrees" in verdict.problem
+
+
+def test_raising_fla_sends_the_run_to_torch(stand_in_fla, model):
+    stand_in_fla(_raising)
+    verdict = _verdict(model)
+    assert verdict.backend == "torch" and "head_first" in verdict.problem and verdict.rel_diff is None
+
+
+def test_a_failing_torch_path_is_an_error(model):
+    streams = streamed_logits(model.config, model_source(model), ROWS, "cpu", backends=("fla", "torch"))
+    streams["torch"].error = RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        judge_backends(streams)
+
+
+def test_cpu_runs_compare_nothing_and_compile_nothing(stand_in_fla, model):
+    stand_in_fla(_agreeing)
+    assert backends_to_compare("cpu") == ("auto",)
+    warmups = start_warmups("cpu", model.config, "auto")
+    assert warmups.threads == {} and warmups.wait_all() == []
+
+
+def test_a_failed_warmup_is_one_line_not_an_error():
+    warmups = Warmups()
+    warmups.start("ok", lambda: None)
+    warmups.start("jit", lambda: (_ for _ in ()).throw(OSError("nvcc not found")))
+    lines = warmups.wait_all()
+    assert len(lines) == 1 and "jit warm-up failed" in lines[0] and "nvcc not found" in lines[0]

@@ -1,0 +1,75 @@
+"""`soarpack quantize` on a terminal shows the bar and the summary only: the libraries' output (GPTQModel's banner,
+bars and tables, torchao and torch warnings) goes to the log file, whose path is printed with the report's."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from soarpack.cli import app
+from soarpack.sala.tiny import make_tiny_model
+
+pytestmark = [pytest.mark.slow, pytest.mark.gptq]
+ARGS = ["--recipe", "w4-full", "--rows", "8", "--max-len", "64", "--device", "cpu"]
+LIBRARY_NOISE = ("GPT-QModel", "INFO", "WARN", "Failed to load", "pytree", "FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("quiet") / "tiny", num_layers=2)
+
+
+def _summary_only(text: str, out: Path) -> None:
+    for noise in LIBRARY_NOISE:
+        assert noise not in text, f"{noise!r} reached the terminal:\n{text}"
+    assert "total" in text and "KL mean / max" in text
+    assert f"report: {out / 'soarpack_quant_report.json'}" in text
+    assert f"log: {out.with_name(out.name + '.log')}" in text
+
+
+def test_cli_output_is_the_summary_and_the_report_is_complete(tiny, tmp_path):
+    out = tmp_path / "q"
+    res = CliRunner().invoke(app, ["quantize", str(tiny), str(out), *ARGS])
+    assert res.exit_code == 0, res.output
+    _summary_only(res.output, out)
+    assert "gptq layer 1/2" in out.with_name("q.log").read_text()  # our own lines go there too
+    report = json.loads((out / "soarpack_quant_report.json").read_text())
+    assert report["modules"]["model.layers.0.mlp.down_proj"] == "4-bit g128"
+    assert report["settings"]["calibration"]["rows"] == 8 and report["versions"]["gptqmodel"] == "7.6.0"
+
+
+def test_verbose_and_quiet_exclude_each_other(tiny, tmp_path):
+    res = CliRunner().invoke(app, ["quantize", str(tiny), str(tmp_path / "x"), "-q", "-v"])
+    assert res.exit_code == 2 and "exclude each other" in res.output
+
+
+def test_a_terminal_sees_no_library_output(tiny, tmp_path):
+    out = tmp_path / "tty"
+    main, child = pty.openpty()
+    env = dict(os.environ, COLUMNS="100", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "soarpack", "quantize", str(tiny), str(out), *ARGS],
+                            stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    chunks, deadline = [], time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=60) == 0
+    os.close(main)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    _summary_only(text, out)
+    assert "GPT-QModel" in out.with_name("tty.log").read_text()  # a fresh process: GPTQModel's import banner
