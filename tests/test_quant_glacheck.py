@@ -7,10 +7,10 @@ import types
 import pytest
 import torch
 
-from soarpack.quant.glacheck import FLA_AGREEMENT_RTOL, backends_to_compare, judge_backends
+from soarpack.quant.glacheck import FLA_AGREEMENT_RTOL, FlaComparison, judge, should_compare
 from soarpack.quant.warmup import Warmups, start_warmups
 from soarpack.sala.checkpoint import load_model
-from soarpack.sala.gla import chunk_gla
+from soarpack.sala.gla import chunk_gla, observe_torch_path, use_backend
 from soarpack.sala.streaming import model_source, streamed_logits
 
 ROWS = [list(range(5, 150)), list(range(200, 233))]
@@ -45,20 +45,26 @@ def model(tiny_model_dir):
 
 
 def _verdict(model):
-    return judge_backends(streamed_logits(model.config, model_source(model), ROWS, "cpu", backends=("fla", "torch")))
+    """What the sanity phase does on a GPU: the torch stream, with fla run beside every GLA call."""
+    comparison = FlaComparison()
+    with use_backend("torch"), observe_torch_path(comparison):
+        logits = streamed_logits(model.config, model_source(model), ROWS, "cpu")
+    assert len(logits) == len(ROWS)
+    return judge(comparison)
 
 
 def test_agreeing_fla_is_kept(stand_in_fla, model):
     stand_in_fla(_agreeing)
     verdict = _verdict(model)
-    assert verdict.backend == "auto" and verdict.stream == "fla" and not verdict.problem
-    assert verdict.rel_diff < FLA_AGREEMENT_RTOL
+    assert verdict.backend == "auto" and not verdict.problem
+    lightning = sum(1 for m in model.config.mixer_types if m != "minicpm4")
+    assert verdict.calls == lightning * len(ROWS) and verdict.rel_diff < FLA_AGREEMENT_RTOL
 
 
 def test_wrong_fla_sends_the_run_to_torch(stand_in_fla, model):
     stand_in_fla(_wrong)
     verdict = _verdict(model)
-    assert verdict.backend == "torch" and verdict.stream == "torch"
+    assert verdict.backend == "torch"
     assert verdict.rel_diff > FLA_AGREEMENT_RTOL and "disagrees" in verdict.problem
 
 
@@ -68,16 +74,15 @@ def test_raising_fla_sends_the_run_to_torch(stand_in_fla, model):
     assert verdict.backend == "torch" and "head_first" in verdict.problem and verdict.rel_diff is None
 
 
-def test_a_failing_torch_path_is_an_error(model):
-    streams = streamed_logits(model.config, model_source(model), ROWS, "cpu", backends=("fla", "torch"))
-    streams["torch"].error = RuntimeError("boom")
-    with pytest.raises(RuntimeError, match="boom"):
-        judge_backends(streams)
+def test_nothing_compared_keeps_the_backend_in_force():
+    assert judge(None).backend == "auto" and judge(FlaComparison()).problem == ""
+    with use_backend("torch"):
+        assert judge(None).backend == "torch"
 
 
 def test_cpu_runs_compare_nothing_and_compile_nothing(stand_in_fla, model):
     stand_in_fla(_agreeing)
-    assert backends_to_compare("cpu") == ("auto",)
+    assert not should_compare("cpu")
     warmups = start_warmups("cpu", model.config, "auto")
     assert warmups.threads == {} and warmups.wait_all() == []
 

@@ -204,19 +204,21 @@ def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, 
                  log: "RunLog") -> Sanity:
     """One layer-streamed forward of the original model over the held-out rows serves the sanity loss, the KL
     reference and, on a GPU with fla, the check that fla's GLA agrees with soarpack's (see glacheck)."""
-    from soarpack.quant.glacheck import backends_to_compare, judge_backends
+    from soarpack.quant.glacheck import FlaComparison, judge, should_compare
+    from soarpack.sala.gla import observe_torch_path
     from soarpack.sala.streaming import model_source, streamed_logits
 
-    backends = backends_to_compare(device)
-    streams = streamed_logits(sala.config, model_source(sala), held_out, device, backends=backends)
-    verdict = judge_backends(streams)
+    comparison = FlaComparison() if should_compare(device) else None
+    with use_backend("torch"), (observe_torch_path(comparison) if comparison else contextlib.nullcontext()):
+        logits = streamed_logits(sala.config, model_source(sala), held_out, device)
+    verdict = judge(comparison)
     if verdict.problem:
         log.note("sanity", verdict.problem)
     elif verdict.rel_diff is not None:
-        log.info("sanity", f"fla's GLA agrees with soarpack's torch GLA: relative logit difference "
-                           f"{verdict.rel_diff:.2e} (bound {verdict.bound:.0e})")
-    ref_logprobs = logprobs_of(streams[verdict.stream].outputs)
-    del streams
+        log.info("sanity", f"fla's GLA agrees with soarpack's torch GLA: relative difference {verdict.rel_diff:.2e} "
+                           f"over {verdict.calls} calls (bound {verdict.bound:.0e})")
+    ref_logprobs = logprobs_of(logits)
+    del logits
     loss = next_token_loss(ref_logprobs, held_out)
     log.info("sanity", f"original next-token loss on {len(held_out)} held-out rows: {loss:.3f} nats")
     if not math.isfinite(loss):
@@ -273,12 +275,10 @@ def measure_quality(ckpt: Path, held_out: List[List[int]], ref_logprobs: List[to
     from soarpack.sala.config import load_config
     from soarpack.sala.streaming import streamed_logits
 
-    backend = current_backend()
-    stream = streamed_logits(load_config(ckpt), dequantized_source(ckpt, dtype=torch.bfloat16, device=device),
-                             held_out, device, backends=(backend,))[backend]
-    if stream.error is not None:
-        raise stream.error
-    kl = kl_stats(ref_logprobs, logprobs_of(stream.outputs))
+    with use_backend("torch"):  # as the reference was computed
+        logits = streamed_logits(load_config(ckpt), dequantized_source(ckpt, dtype=torch.bfloat16, device=device),
+                                 held_out, device)
+    kl = kl_stats(ref_logprobs, logprobs_of(logits))
     log.info("quality", "KL(original ‖ quantized) mean {kl_mean:.4g} max {kl_max:.4g}, top-1 agreement "
              "{top1_agreement:.3f}".format(**kl))
     return kl

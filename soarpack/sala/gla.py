@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -48,6 +48,21 @@ def use_backend(name: str) -> Iterator[None]:
         set_backend(previous)
 
 
+# Sees the inputs and output of every torch-path call while set (soarpack.quant.glacheck compares fla against it).
+_observer: Optional[Callable[..., None]] = None
+
+
+@contextlib.contextmanager
+def observe_torch_path(observer: Callable[..., None]) -> Iterator[None]:
+    """Call `observer(q, k, v, g, scale, initial_state, output)` after every torch-path GLA call in the block."""
+    global _observer
+    previous, _observer = _observer, observer
+    try:
+        yield
+    finally:
+        _observer = previous
+
+
 def current_backend() -> str:
     return _backend
 
@@ -57,7 +72,7 @@ def warm_up_fla(device: str, heads: int, head_dim: int, dtype: torch.dtype = tor
     autotune cache on them), so the first real forward finds them ready. Raises what fla raises."""
     q, k, v = (torch.randn(1, 2 * DEFAULT_CHUNK, heads, head_dim, device=device, dtype=dtype) for _ in range(3))
     g = -torch.linspace(0.01, 0.5, heads, device=device, dtype=torch.float64)
-    _fla_gla(q, k, v, g.to(dtype), head_dim**-0.5, None)
+    fla_gla(q, k, v, g.to(dtype), head_dim**-0.5, None)
     torch.cuda.synchronize(device)
 
 
@@ -143,7 +158,7 @@ def recurrent_gla(
     return torch.stack(outs, dim=1), state
 
 
-def _fla_gla(q, k, v, g, scale, initial_state):
+def fla_gla(q, k, v, g, scale, initial_state):
     from fla.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
 
     B, T, H, _ = q.shape
@@ -163,7 +178,9 @@ def gla(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Simple GLA through the chosen backend: fla kernels on CUDA when available, else the torch forms."""
     if _use_fla(q):
-        return _fla_gla(q, k, v, g, scale, initial_state)
-    if q.shape[1] == 1:
-        return recurrent_gla(q, k, v, g, scale, initial_state)
-    return chunk_gla(q, k, v, g, scale, initial_state)
+        return fla_gla(q, k, v, g, scale, initial_state)
+    form = recurrent_gla if q.shape[1] == 1 else chunk_gla
+    out = form(q, k, v, g, scale, initial_state)
+    if _observer is not None:
+        _observer(q, k, v, g, scale, initial_state, out[0])
+    return out

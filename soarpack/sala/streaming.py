@@ -5,14 +5,11 @@ the rows go through the model layer by layer. Each layer's tensors are fetched f
 in-memory model, or a checkpoint on disk, dequantized), placed on the device, applied to every row, and dropped
 before the next layer comes. Every row runs alone (batch 1) through the same modules and operations as
 `SalaForCausalLM.forward`, so the logits are those of the whole-model forward.
-
-Several GLA backends can run side by side in one pass (`backends=("fla", "torch")`): each keeps its own residual
-streams, the weights are fetched once, and a backend that raises is recorded and dropped while the others go on.
+The GLA backend is the one in force (`soarpack.sala.gla.use_backend`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -21,14 +18,6 @@ from soarpack.sala.config import SalaConfig
 
 # The tensors whose names start with a prefix ("model.layers.3."), by full name; a layer's worth at a time.
 TensorSource = Callable[[str], Dict[str, torch.Tensor]]
-
-
-@dataclass
-class Streamed:
-    """One backend's outputs: `postprocess(logits)` per row, on the CPU, or the error that stopped it."""
-
-    outputs: List[torch.Tensor] = field(default_factory=list)
-    error: Optional[BaseException] = None
 
 
 def model_source(model: torch.nn.Module) -> TensorSource:
@@ -43,30 +32,20 @@ def streamed_logits(
     rows: Sequence[Sequence[int]],
     device: str,
     dtype: torch.dtype = torch.bfloat16,
-    backends: Sequence[str] = ("auto",),
     postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda logits: logits,
-) -> Dict[str, Streamed]:
-    """Logits [T, vocab] of each row (passed through `postprocess` on the device, then moved to the CPU), per GLA
-    backend; at most one decoder layer's weights (plus the embedding or the head) are on `device` at a time."""
+) -> List[torch.Tensor]:
+    """Logits [T, vocab] of each row, passed through `postprocess` on the device, then moved to the CPU; at most one
+    decoder layer's weights (plus the embedding or the head) are on `device` at a time."""
     from soarpack.sala.checkpoint import empty_model
-    from soarpack.sala.gla import use_backend
 
     model = empty_model(config)
-    results = {b: Streamed() for b in backends}
     with torch.no_grad():
         _place(model, source, "model.embed_tokens.", device, dtype)
-        start = [model.embed(torch.tensor([list(ids)], device=device)) for ids in rows]
-        streams = {b: list(start) for b in backends}
-        del start
+        hidden = [model.embed(torch.tensor([list(ids)], device=device)) for ids in rows]
         _drop(model.model.embed_tokens)
         for i, layer in enumerate(model.model.layers):
             _place(model, source, f"model.layers.{i}.", device, dtype, layer)
-            for b in [b for b in backends if results[b].error is None]:
-                try:
-                    with use_backend(b):
-                        streams[b] = [layer(h) for h in streams[b]]
-                except Exception as exc:  # noqa: BLE001 — the caller decides whether this backend was needed
-                    results[b].error, streams[b] = exc, []
+            hidden = [layer(h) for h in hidden]
             _drop(layer)
         _place(model, source, "model.norm.", device, dtype)
         if config.tie_word_embeddings:
@@ -74,11 +53,9 @@ def streamed_logits(
                 "model.embed_tokens.weight"], requires_grad=False)
         else:
             _place(model, source, "lm_head.", device, dtype)
-        for b in backends:
-            for h in streams[b]:
-                results[b].outputs.append(postprocess(model.logits(h)[0]).cpu())
+        outputs = [postprocess(model.logits(h)[0]).cpu() for h in hidden]
         _drop(model)
-    return results
+    return outputs
 
 
 def _fetch(source: TensorSource, prefix: str, device: str, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
