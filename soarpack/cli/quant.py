@@ -9,7 +9,7 @@ from typing import List, Optional, get_args
 
 import typer
 
-from soarpack.cli import command
+from soarpack.cli import command, renamed, required
 from soarpack.errors import CheckpointError, ConfigError
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
@@ -128,18 +128,23 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
 
 @command("verify")
 def verify_cmd(
-    ckpt: Path = typer.Argument(..., help="A quantized checkpoint directory."),
-    original: Optional[Path] = typer.Option(None, "--original", help="The original checkpoint, for byte and error checks."),
+    ckpt: Path = typer.Argument(..., metavar="CKPT", help="A quantized checkpoint directory."),
+    original: Optional[Path] = typer.Option(None, "--original", metavar="DIR",
+                                            help="The original checkpoint, for byte and error checks."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    device: str = typer.Option("auto", "--device", help="Where to unpack and dequantize: auto (a GPU when there is one), cpu, cuda."),
+    device: Device = typer.Option(Device.auto, "--device",
+                                  help="Where to unpack and dequantize: a GPU when there is one (auto), cpu or cuda."),
 ) -> None:
-    """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem."""
+    """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem.
+
+    Example: soarpack verify sala-w4 --original MiniCPM-SALA
+    """
     from soarpack.quant.run import resolve_device
     from soarpack.quant.verify import verify_report
 
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
-    rep = verify_report(ckpt, original, device=resolve_device(device))
+    rep = verify_report(ckpt, original, device=resolve_device(device.value))
     if as_json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
@@ -155,17 +160,37 @@ def verify_cmd(
 
 @command("calib")
 def calib_cmd(
-    files: Optional[List[Path]] = typer.Argument(None, help="JSONL/text calibration files; none = built-in prompts."),
-    tokenizer: Path = typer.Option(..., "--tokenizer", help="Model directory whose tokenizer and chat template to use."),
-    rows: int = typer.Option(_CAL.rows, "--rows"),
-    max_len: int = typer.Option(_CAL.max_len, "--max-len"),
-    seed: int = typer.Option(_CAL.seed, "--seed"),
-    write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", help="Also write the built-in prompts as JSONL here."),
-    as_json: bool = typer.Option(False, "--json"),
+    files: Optional[List[Path]] = typer.Argument(None, hidden=True),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
+                                             help="Model directory whose tokenizer and chat template to use."),
+    rows: int = typer.Option(_CAL.rows, "-n", "--rows", metavar="N", help="Rows to select."),
+    max_len: int = typer.Option(_CAL.max_len, "--max-len", metavar="TOKENS",
+                                help="Tokens per row, left-truncated; below the model's dense_len."),
+    seed: int = typer.Option(_CAL.seed, "--seed", metavar="N", help="Seed for selection and generation."),
+    write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", metavar="FILE",
+                                                 help="Also write the built-in prompts as JSONL here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
 ) -> None:
-    """Preview calibration data: rows per task, token-length histogram, truncation."""
+    """Preview calibration data: rows per task, token-length histogram, truncation.
+
+    FILES... (none: the built-in prompts) are JSONL or plain-text files. A JSONL
+    line is one of:
+
+    \b
+      {"task": "mcq", "question": "...", "gold": "B"}  (the SOAR eval format)
+      {"text": "..."}                                    (plain text)
+      {"messages": [{"role": "user", "content": "..."}]} (chat, rendered
+                                                          with the model's
+                                                          chat template)
+
+    Any other file (.txt, .md) is one row: its whole text.
+
+    Example: soarpack calib mine.jsonl --model-dir MiniCPM-SALA -n 256
+    """
     from soarpack.quant.calib import build_calibration, summarize, write_builtin_calibration
 
+    tokenizer = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
     dense_len = None
     if (tokenizer / "config.json").is_file():
         from soarpack.sala.config import load_config
