@@ -136,7 +136,9 @@ def args_cmd(
 
     \b
       export SGLANG_SERVER_ARGS="$(soarpack args safe)"
-      python -m sglang.launch_server --model-path Q $SGLANG_SERVER_ARGS
+      python -m sglang.launch_server --model-path Q --trust-remote-code \\
+        --port 30000 $SGLANG_SERVER_ARGS --tp-size 1 \\
+        --max-running-requests 32 --enable-metrics
     """
     from rich.markup import escape
 
