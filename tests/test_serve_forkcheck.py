@@ -112,6 +112,23 @@ def test_each_recipe_loads_through_the_fork(quantized, patched_trees, image_pyth
 
 @pytest.mark.slow
 @pytest.mark.gptq
+def test_a_model_with_both_output_gates_off_loads_through_the_fork(patched_trees, image_python, tmp_path):
+    """The module catalogue follows the config end to end: no o_gate/z_proj written, none expected by the fork."""
+    from soarpack.quant.options import quantize_options
+    from soarpack.quant.run import quantize
+    from soarpack.sala.tiny import make_tiny_model
+
+    tiny = make_tiny_model(tmp_path / "no-gates", num_layers=4,
+                           config_overrides={"attn_use_output_gate": False, "use_output_gate": False})
+    quantize(tiny, tmp_path / "q", quantize_options(recipe="w4-full", **FAST))
+    result = F.run_fork_check(tmp_path / "q", patched_trees["377b0b5eb"], python=image_python, log=lambda m: None)
+    assert result.ok, result.problems
+    assert not [r for r in result.rows if r.module.endswith(("o_gate", "z_proj"))]
+    assert result.report["unwritten"] == [] and result.report["orphans"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.gptq
 def test_a_missing_scales_tensor_leaves_its_parameter_unwritten(quantized, patched_trees, image_python, tmp_path):
     ckpt = _copy(quantized["w4-mlp"], tmp_path / "ckpt")
     _rewrite_tensors(ckpt, lambda s: s.pop("model.layers.1.mlp.down_proj.scales"))
