@@ -206,6 +206,9 @@ def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log=print) -> Non
     missing = [w for w in lock if _cached(cache, w) is None]
     binaries = [w for w in missing if w.source == "pypi"]
     sdists = [w for w in missing if w.source == "sdist"]
+    for w in binaries:  # a cached file under the locked name failed its sha256: fetch it again, not trust it
+        if w.filename and (cache / w.filename).is_file():
+            (cache / w.filename).unlink()
     if binaries:
         log(f"downloading {len(binaries)} wheels for cp310 manylinux x86_64 into {cache}")
         _pip(sys.executable, ["download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off", "-d",
