@@ -1,5 +1,5 @@
-"""The TOML files in soarpack/recipes/: quantization recipes (a `[quant]` table) and serving profiles (a `[serve]`
-table naming the recipe they serve) share one folder and one reader."""
+"""The packaged TOML files: quantization recipes (a `[quant]` table) in soarpack/recipes/ and serving profiles (a
+`[serve]` table naming the recipe they serve) in soarpack/profiles/, read by one reader."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from soarpack import _toml
 from soarpack.errors import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 
 def read_toml(path: Path) -> Dict[str, Any]:
@@ -24,9 +25,10 @@ def read_toml(path: Path) -> Dict[str, Any]:
 
 
 def builtin_names(table: str) -> List[str]:
-    """Names (file stems) of the packaged TOML files that hold `table` ("quant" or "serve")."""
+    """Names (file stems) of the packaged TOML files that hold `table` ("quant": recipes, "serve": profiles)."""
     names = []
-    for path in sorted(RECIPES_DIR.glob("*.toml")):
+    folder = RECIPES_DIR if table == "quant" else PROFILES_DIR
+    for path in sorted(folder.glob("*.toml")):
         try:
             data = read_toml(path)
         except ConfigError:

@@ -53,7 +53,7 @@ def test_loader_errors(tmp_path):
         load_profile("turbo")
     with pytest.raises(ConfigError, match="no \\[serve\\] table") as err:
         load_profile("w4-mlp")  # a quantization recipe, not a profile
-    assert "quantization recipe" in err.value.hint
+    assert "quantization recipe" in err.value.message and "safe" in err.value.hint
     bad = tmp_path / "bad.toml"
     bad.write_text('recipe = "w4-mlp"\n[serve]\nargs = "--dtype bfloat16"\n')
     with pytest.raises(ConfigError, match="must be a list of strings"):

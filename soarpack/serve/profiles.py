@@ -1,6 +1,6 @@
 """Serving profiles: the server args, the SGLang patches they need and the quantization recipe they serve.
 
-A profile is a TOML file in `soarpack/recipes/` (or any path) with a top-level `recipe` and a `[serve]` table:
+A profile is a TOML file in `soarpack/profiles/` (or any path) with a top-level `recipe` and a `[serve]` table:
 
     recipe = "w4-mlp"                 # the quantization recipe whose checkpoint this profile serves
 
@@ -95,7 +95,7 @@ def profile_from_dict(data: Dict[str, Any], *, name: str, source: Optional[str] 
 
 
 def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
-    """A profile by name (`fp8`, from soarpack/recipes/) or by path to a .toml file."""
+    """A profile by name (`fp8`, from soarpack/profiles/) or by path to a .toml file."""
     if isinstance(name_or_path, Profile):
         return name_or_path
     raw = str(name_or_path)
@@ -104,12 +104,15 @@ def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
         if not path.is_file():
             raise ConfigError(f"profile file {path} does not exist", "check the path")
         return profile_from_dict(read_toml(path), name=path.stem, source=str(path))
-    candidate = recipe_files.RECIPES_DIR / f"{raw}.toml"
+    candidate = recipe_files.PROFILES_DIR / f"{raw}.toml"
     if not candidate.is_file():
-        raise ConfigError(f"unknown serving profile {raw!r}", "known profiles: " + ", ".join(list_profiles()))
+        known = "known profiles: " + ", ".join(list_profiles())
+        if (recipe_files.RECIPES_DIR / f"{raw}.toml").is_file():
+            raise ConfigError(f"{raw!r} has no [serve] table: it is a quantization recipe, not a serving profile", known)
+        raise ConfigError(f"unknown serving profile {raw!r}", known)
     return profile_from_dict(read_toml(candidate), name=raw, source=str(candidate))
 
 
 def list_profiles() -> List[str]:
-    """Names of the packaged serving profiles (the recipe files that have a [serve] table)."""
+    """Names of the packaged serving profiles (soarpack/profiles/*.toml with a [serve] table)."""
     return builtin_names("serve")
