@@ -143,10 +143,21 @@ def test_cli_eval_prints_table_and_writes_json(tmp_path):
     with FakeSGLang(chat=scripted()) as server:
         result = CliRunner().invoke(app, ["eval", "--api-base", server.url, "--data", str(data), "-o", str(out),
                                           "--concurrency", "3", "--json"])
-    assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout[result.stdout.index("{"):])
     assert summary["ori_accuracy"] == json.loads(out.read_text())["ori_accuracy"]
     assert "rows" not in summary
+    # the scripted answers score 65.91: C = 0, a no-go, so the command fails after writing everything
+    assert summary["c_factor"] == 0.0 and result.exit_code == 1
+    assert in_output("below the accuracy gate", result) and in_output("C = 0.0", result)
+
+
+def test_cli_eval_above_the_gate_exits_0(tmp_path):
+    rows = [{"task": "mcq", "question": f"q{i}", "gold": "B"} for i in range(3)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    with FakeSGLang(chat=lambda body: ChatReply("</think>ANSWER: B")) as server:
+        result = CliRunner().invoke(app, ["eval", "--api-base", server.url, "--data", str(data),
+                                          "-o", str(tmp_path / "o.json")])
+    assert result.exit_code == 0, result.output
 
 
 def test_cli_eval_unreachable_server_is_one_clear_error(tmp_path):

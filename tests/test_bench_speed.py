@@ -145,7 +145,7 @@ def test_cli_bench_then_score(tmp_path, tokenizer_dir):
     eval_json.write_text(json.dumps({"kind": "soarpack.eval", "complete": True, "overall_accuracy": 98.4, "scored": 1, "total": 1}))
     result = CliRunner().invoke(app, ["score", "--ours", str(out), "--eval", str(eval_json), "--best", str(out),
                                       "--best-s1", str(ours["s1"]["duration_s"] / 2), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1 and in_output("below full credit", result)  # C = 0.96: a penalised run is a no-go
     score = json.loads(result.stdout[result.stdout.index("{"):])
     assert score["tier_scores"] == {"s1": 50.0, "s8": 100.0, "smax": 100.0}
     assert score["c_factor"] == 0.96 and score["final_score"] == pytest.approx((0.4 * 50 + 0.6 * 100) * 0.96)

@@ -39,6 +39,12 @@ class IncompleteRunError(SoarpackError):
     exit_code = 1
 
 
+class BelowGateError(SoarpackError):
+    """A run fails the accuracy gate (C < 1: less than full credit) or its eval is incomplete: a no-go."""
+
+    exit_code = 1
+
+
 def _table_console(as_json: bool):
     from rich.console import Console
 
@@ -150,6 +156,10 @@ def eval_cmd(
         raise IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
                                  "(they score 0, as on the platform)",
                                  "fix the server and run the same command again: only the failed rows are sent")
+    if report["c_factor"] < 1:
+        raise BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
+                             f"{report['overall_accuracy']:.2f}) gives C = {report['c_factor']}; full credit needs "
+                             "ori > 79.2", "this checkpoint would lose score on the platform: try a safer recipe")
 
 
 @command("bench")
@@ -296,6 +306,9 @@ def score_cmd(
     print_score(_table_console(as_json), result)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
+    if result["c_factor"] < 1:
+        raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
+                             f"{result['final_score']:.2f} is below full credit", "C = 1 needs ori accuracy > 79.2")
 
 
 class CompareFormat(str, enum.Enum):
@@ -303,12 +316,6 @@ class CompareFormat(str, enum.Enum):
     md = "md"
     csv = "csv"
     json = "json"
-
-
-class BelowGateError(SoarpackError):
-    """A compared run fails the accuracy gate (C < 1) or its eval is incomplete."""
-
-    exit_code = 1
 
 
 @command("compare")
