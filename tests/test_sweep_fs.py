@@ -332,6 +332,19 @@ def test_row_066_build_sglang_src_with_links_out_of_the_tree(tmp_path):
 # -- check and extraction ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_row_092_check_of_a_no_wheels_bundle_is_not_uploadable(tmp_path):
+    """Silent wrong before ("ok: 11 passed"); now an error: the bundled-wheels step fails (the image has no
+    gptqmodel or transformers 5), the verdict says NOT uploadable, exit 1. Rehearsed on the dev stack for speed:
+    the verdict does not depend on the stack here."""
+    bundle = tmp_path / "b.tar.gz"
+    assert run_cli(*BUILD, "-o", bundle).exit_code == 0
+    res = run_cli("check", bundle, "--dev-stack")
+    flat = "".join(res.output.split())
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "FAILbundledwheels" in flat and "--no-wheels" in res.output and "NOTuploadable" in flat
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle") / "b.tar.gz"
