@@ -3,6 +3,7 @@
 import json
 import struct
 
+import pytest
 from typer.testing import CliRunner
 
 from fake_sglang_server import ChatReply, FakeSGLang
@@ -56,6 +57,7 @@ def test_compare_table_formats_and_gate_exit(tmp_path):
 
 
 def test_compare_chart_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="not run: the plot extra (matplotlib) is not installed")
     files = [_eval(tmp_path, "a", "</think>x"), _bench(tmp_path, "a", {"s1": 10.0, "s8": 20.0, "smax": 30.0}),
              _eval(tmp_path, "b", "</think>x", right=7), _bench(tmp_path, "b", {"s1": 9.0, "s8": 25.0, "smax": 28.0})]
     png = tmp_path / "runs.png"

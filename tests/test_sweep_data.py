@@ -136,10 +136,10 @@ def test_row_046_build_refuses_calibration_that_would_crash_quantize_now_an_erro
 
 
 def test_row_046_every_chat_row_is_rendered_through_the_template(tmp_path, monkeypatch):
-    from soarpack.sala import tiny
+    from soarpack.sala import chat
 
     # A template that fails on one row only: the check renders each row, not a sample.
-    monkeypatch.setattr(tiny, "CHAT_TEMPLATE", "{% for m in messages %}{% if m['content'] == 'boom' %}"
+    monkeypatch.setattr(chat, "CHAT_TEMPLATE", "{% for m in messages %}{% if m['content'] == 'boom' %}"
                                                "{{ undefined_helper() }}{% endif %}{{ m['content'] }}{% endfor %}")
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "fine"}]},
                                                  {"messages": [{"role": "user", "content": "boom"}]}])

@@ -249,6 +249,7 @@ def test_row_148_rerun_removes_stale_temp_folders_of_dead_owners_only(tiny_model
 # -- tiny-model and verify ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs_torch
 @pytest.mark.parametrize("layers", ["0", "-2"])
 def test_row_125_tiny_model_layers_below_one_is_an_error(tmp_path, layers):
     """Silent wrong before (a 1-layer model); now an error."""
@@ -257,11 +258,13 @@ def test_row_125_tiny_model_layers_below_one_is_an_error(tmp_path, layers):
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.needs_torch
 def test_row_126_tiny_model_out_read_only(read_only_dir):
     res = run_cli("tiny-model", read_only_dir / "m")
     assert_clean_error(res, str(read_only_dir / "m"), "cannot be written")
 
 
+@pytest.mark.needs_torch
 def test_row_128_verify_truncated_safetensors(tmp_path):
     from soarpack.sala.tiny import make_tiny_model
 
@@ -332,6 +335,7 @@ def test_row_066_build_sglang_src_with_links_out_of_the_tree(tmp_path):
 # -- check and extraction ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs_torch
 @pytest.mark.slow
 def test_row_092_check_of_a_no_wheels_bundle_is_not_uploadable(tmp_path):
     """Silent wrong before ("ok: 11 passed"); now an error: the bundled-wheels step fails (the image has no

@@ -69,9 +69,10 @@ def _root(
 def fail(exc: SoarpackError) -> "typer.Exit":
     """Print a SoarpackError as one cause line plus a hint; return the Exit to raise."""
     # Messages quote user text (paths, keys, `[table]` names): Text keeps their brackets out of rich's markup.
-    err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False)
+    # soft_wrap: one logical line stays one line (a path is never broken), the terminal wraps it if it must.
+    err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False, soft_wrap=True)
     if exc.hint:
-        err_console.print(Text.assemble(("hint:", "yellow"), " ", exc.hint), highlight=False)
+        err_console.print(Text.assemble(("hint:", "yellow"), " ", exc.hint), highlight=False, soft_wrap=True)
     return typer.Exit(exc.exit_code)
 
 

@@ -100,7 +100,7 @@ def check_renders(example: Example) -> None:
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from soarpack.sala.tiny import CHAT_TEMPLATE
+    from soarpack.sala.chat import CHAT_TEMPLATE
 
     template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
     try:

@@ -17,6 +17,7 @@ import torch
 
 from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_dir
+from soarpack.sala.chat import CHAT_TEMPLATE
 from soarpack.sala.config import LIGHTNING, SPARSE, SalaConfig
 from soarpack.sala.checkpoint import save_state_dict
 
@@ -24,20 +25,6 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|fim_pad|>"]
-
-# Shaped like MiniCPM's template: <|im_start|>role\ncontent<|im_end|>\n turns; the reasoning of earlier assistant
-# turns is dropped; `enable_thinking=False` pre-fills an empty think block.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'assistant' and '</think>' in message['content'] -%}"
-    "{%- set content = message['content'].split('</think>')[-1].lstrip('\\n') -%}"
-    "{%- else -%}{%- set content = message['content'] -%}{%- endif -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>' + '\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
-    "{%- endif -%}"
-)
 
 REMOTE_CODE_PLACEHOLDER = '''"""PLACEHOLDER written by `soarpack tiny-model`: not MiniCPM-SALA's remote code.
 
