@@ -28,10 +28,10 @@ import torch
 from soarpack import __version__
 from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_write_json, atomic_write_text
+from soarpack.quant.gptq_format import QUANT_PARTS
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-QUANT_SUFFIXES = ("qweight", "qzeros", "scales", "g_idx")
 AUTO_MAP_MODES = ("keep", "drop-config")
 
 
@@ -95,7 +95,7 @@ def collect_tensors(quantized: Dict[str, Dict[str, torch.Tensor]], original_tens
     """Quantized modules' packed tensors + every original tensor not replaced by them."""
     out: Dict[str, torch.Tensor] = {}
     for module, parts in quantized.items():
-        for key in QUANT_SUFFIXES:
+        for key in QUANT_PARTS:
             t = parts[key].detach().to("cpu")
             out[f"{module}.{key}"] = t.to(torch.float16) if key == "scales" else t.to(torch.int32)
     for name, tensor in original_tensors:
@@ -112,6 +112,6 @@ def extract_quantized(model: torch.nn.Module) -> Dict[str, Dict[str, torch.Tenso
     """Module name -> packed GPTQ tensors, for every module GPTQModel replaced with a quantized linear."""
     found = {}
     for name, module in model.named_modules():
-        if all(hasattr(module, k) for k in QUANT_SUFFIXES) and isinstance(getattr(module, "qweight", None), torch.Tensor):
-            found[name] = {k: getattr(module, k) for k in QUANT_SUFFIXES}
+        if all(hasattr(module, k) for k in QUANT_PARTS) and isinstance(getattr(module, "qweight", None), torch.Tensor):
+            found[name] = {k: getattr(module, k) for k in QUANT_PARTS}
     return found
