@@ -142,7 +142,8 @@ def test_row_038_quantize_out_read_only_found_at_check(tiny_model_dir, read_only
 def test_row_039_quantize_disk_full_while_saving(tiny_model_dir, full_disk):
     res = run_cli("quantize", tiny_model_dir, full_disk / "q", *QUANT_FAST)
     assert_clean_error(res, f"no space left on the device while writing {full_disk / 'q'}")
-    assert os.listdir(full_disk) == []  # the temp folder is gone, nothing at OUT
+    # the temp folder is gone, nothing at OUT; what stays is the failed run's log, whose path the error printed
+    assert os.listdir(full_disk) == ["q.log"] and "q.log" in "".join(res.output.split())
 
 
 def _quantize_killed(tiny: Path, out: Path, patch: str, sig: int, *extra: str) -> subprocess.CompletedProcess:

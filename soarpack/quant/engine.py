@@ -52,7 +52,7 @@ class EngineOptions:
     mode: EngineMode = "soarpack"
     shared_input_hessians: bool = True
     offload_to_disk: bool = False
-    log_dir: Optional[Path] = None  # GPTQModel's per-module logs; a temp folder when None
+    log_dir: Optional[Path] = None  # GPTQModel's per-module logs; a temp folder, removed afterwards, when None
 
 
 @dataclass
@@ -225,15 +225,18 @@ def _cpu_workers() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _log_dir(folder: Optional[Path]) -> Iterator[None]:
-    """Send GPTQModel's per-module logs beside our log file, or to a temp folder, never to the user's ./logs."""
+    """Send GPTQModel's per-module logs to `folder`, or to a temp folder removed afterwards (soarpack's report holds
+    the per-module losses), never to the user's ./logs or beside the output."""
     from gptqmodel.looper import loop_processor  # private: see _PRIVATE
 
     before = loop_processor._PROJECT_LOG_DIR
-    loop_processor._PROJECT_LOG_DIR = (folder or Path(tempfile.gettempdir())) / "gptqmodel-logs"
-    try:
-        yield
-    finally:
-        loop_processor._PROJECT_LOG_DIR = before
+    with contextlib.ExitStack() as stack:
+        root = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soarpack-gptqmodel-logs-")))
+        loop_processor._PROJECT_LOG_DIR = root / "gptqmodel-logs"
+        try:
+            yield
+        finally:
+            loop_processor._PROJECT_LOG_DIR = before
 
 
 @contextlib.contextmanager

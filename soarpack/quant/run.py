@@ -132,7 +132,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
         quality: Dict[str, Any] = {"gptq": gptq.module_losses}
         gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
         del sala, gptq
-        with atomic_dir(out_dir, force=opts.force, inputs=inputs, log=lambda m: log.info("save", m)) as tmp:
+        with atomic_dir(out_dir, force=opts.force, inputs=inputs, log=lambda m: log.note("save", m)) as tmp:
             with log.phase("save"):
                 save_checkpoint(quantized, model_dir, tmp, run, opts)
             del quantized
@@ -169,7 +169,7 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     from soarpack.sala.config import load_config
 
     # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
-    prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.info("check", m))
+    prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.note("check", m))
     config = load_config(model_dir)
     recipe = load_recipe(opts.recipe)
     recipe.validate_for(config)
@@ -236,8 +236,7 @@ def engine_options(run: Run, opts: QuantizeOptions) -> Any:
     from soarpack.quant.engine import EngineOptions
 
     return EngineOptions(device=run.device, batch_size=run.calibration.batch, mode=opts.engine,
-                         shared_input_hessians=opts.shared_input_hessians, offload_to_disk=opts.offload_to_disk,
-                         log_dir=Path(opts.log_file).parent if opts.log_file else None)
+                         shared_input_hessians=opts.shared_input_hessians, offload_to_disk=opts.offload_to_disk)
 
 
 def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
