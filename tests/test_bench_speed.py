@@ -80,7 +80,7 @@ def test_tier_durations_match_scripted_delays(tmp_path, tokenizer_dir):
         assert want * 0.98 <= got <= want * 1.5 + 0.3, (name, got, want)
         print(f"{name}: scripted {want:.3f} s, measured {got:.3f} s")
     s1 = report["tiers"]["s1"]
-    assert s1["ttft_ms"]["median"] == pytest.approx(TTFT * 1000, abs=30)
+    assert TTFT * 1000 - 5 <= s1["ttft_ms"]["median"] <= TTFT * 1000 + 150  # the first chunk's latency, not speed
     assert s1["itl_ms"]["median"] == pytest.approx(ITL * 1000, abs=8)
     assert s1["output_throughput"] == pytest.approx(rows * n / s1["duration_s"], rel=1e-3)
 
