@@ -55,8 +55,10 @@ def _verdict(model):
 
 def test_agreeing_fla_is_kept(stand_in_fla, model):
     stand_in_fla(_agreeing)
-    verdict = _verdict(model)
-    assert verdict.backend == "auto" and not verdict.problem
+    with use_backend("fla"):
+        assert should_compare("cuda:0")
+        verdict = _verdict(model)
+    assert verdict.backend == "fla" and not verdict.problem
     lightning = sum(1 for m in model.config.mixer_types if m != "minicpm4")
     assert verdict.calls == lightning * len(ROWS) and verdict.rel_diff < FLA_AGREEMENT_RTOL
 
@@ -85,6 +87,15 @@ def test_cpu_runs_compare_nothing_and_compile_nothing(stand_in_fla, model):
     assert not should_compare("cpu")
     warmups = start_warmups("cpu", model.config, "auto")
     assert warmups.threads == {} and warmups.wait_all() == []
+
+
+def test_the_default_gla_needs_no_fla_check(stand_in_fla):
+    """fla importable on a GPU is not enough: only a run that asked for fla compares (and compiles) it."""
+    stand_in_fla(_agreeing)
+    with use_backend("auto"):
+        assert not should_compare("cuda")
+    with use_backend("fla"):
+        assert should_compare("cuda") and not should_compare("cpu")
 
 
 def test_a_failed_warmup_is_one_line_not_an_error():

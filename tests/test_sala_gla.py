@@ -40,12 +40,14 @@ def test_chunked_equals_recurrent_and_naive(T):
 
 
 @pytest.mark.parametrize("chunk", [7, 16, 64])
-def test_chunk_size_does_not_change_result(chunk):
-    q, k, v = rand_qkv(2, 50, 2, 4, seed=1)
+@pytest.mark.parametrize("segment", [None, 20, 64])
+def test_chunk_and_segment_sizes_do_not_change_result(chunk, segment):
+    q, k, v = rand_qkv(2, 150, 2, 4, seed=1)
     g = -torch.tensor([0.3, 0.9], dtype=torch.float64)
-    ref, _ = gla.recurrent_gla(q, k, v, g, 0.5)
-    out, _ = gla.chunk_gla(q, k, v, g, 0.5, chunk_size=chunk)
+    ref, s_ref = gla.recurrent_gla(q, k, v, g, 0.5)
+    out, s_out = gla.chunk_gla(q, k, v, g, 0.5, chunk_size=chunk, segment_len=segment)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(s_out, s_ref, rtol=1e-10, atol=1e-10)
 
 
 def test_carried_state_continues_the_sequence():
@@ -98,3 +100,15 @@ def test_fla_matches_torch_on_cuda():
     gla.set_backend(previous)
     torch.testing.assert_close(out_fla, out_t, rtol=2e-3, atol=2e-3)
     torch.testing.assert_close(s_fla, s_t, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("split", [1, 37, 64, 70])
+def test_chunked_prefill_continues_from_a_carried_state(split):
+    """A prefill with an initial state (a second turn after a cached first one) equals the whole sequence at once."""
+    q, k, v = rand_qkv(2, 150, 3, 8, seed=4)
+    g = -torch.tensor(alibi_slopes(3), dtype=torch.float64)
+    full, s_full = gla.recurrent_gla(q, k, v, g, 0.4)
+    _, state = gla.chunk_gla(q[:, :split], k[:, :split], v[:, :split], g, 0.4)
+    rest, s_rest = gla.chunk_gla(q[:, split:], k[:, split:], v[:, split:], g, 0.4, initial_state=state)
+    torch.testing.assert_close(rest, full[:, split:], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(s_rest, s_full, rtol=1e-10, atol=1e-10)

@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
@@ -37,8 +38,10 @@ _PRIVATE = (
     ("gptqmodel.models._const", "normalize_device"),  # QuantizeConfig keeps "cuda:1" as a str; the looper wants DEVICE
     ("gptqmodel.looper.loop_processor", "_PROJECT_LOG_DIR"),  # per-module logs go to ./logs unless redirected
     ("gptqmodel.quantization.gptq_cuda", "_EXTENSION"),  # why the block-update JIT failed (last_error_message)
+    ("gptqmodel.quantization.gptq", "GPTQ.compute_hessian_xtx"),  # XᵀX of one batch: see _half_input_hessians
 )
 BLOCK_UPDATE_OFF = "GPTQMODEL_DISABLE_GPTQ_CUDA"  # GPTQModel's public switch for its CUDA block update
+FP32_HESSIAN = "SOARPACK_FP32_HESSIAN"  # 1: keep GPTQModel's float32 XᵀX (to compare outputs with older soarpack)
 
 
 class EngineError(SoarpackError):
@@ -96,7 +99,10 @@ def ensure_supported() -> None:
         raise EngineError(f"gptqmodel {gptqmodel.__version__} is installed; soarpack supports {SUPPORTED_VERSION} only",
                           f"install gptqmodel=={SUPPORTED_VERSION}")
     for module, attr in _PRIVATE:
-        if not hasattr(importlib.import_module(module), attr):
+        owner = importlib.import_module(module)
+        for part in attr.split("."):
+            owner = getattr(owner, part, None)
+        if owner is None:
             raise EngineError(f"gptqmodel has no {module}.{attr}: its internals differ from {SUPPORTED_VERSION}",
                               f"install gptqmodel=={SUPPORTED_VERSION}")
 
@@ -116,6 +122,36 @@ def build_block_update() -> Optional[str]:
     return f"GPTQModel's CUDA block update did not build ({reason.split(' | ')[0]}); GPTQ uses its torch fallback"
 
 
+@contextlib.contextmanager
+def eager_block_update_while(build: Optional[threading.Thread]) -> Iterator[None]:
+    """While `build` (the background build of GPTQModel's CUDA block update) runs, GPTQ uses GPTQModel's eager torch
+    block update instead of waiting for it; from the moment the build ends, the CUDA one.
+
+    On a cold cache the build takes ~30 s of nvcc and ends after GPTQ's first layer is ready to solve, so waiting
+    would stall the whole phase. The kernel keeps the eager loop's column order, round-to-nearest-even and separate
+    multiply/subtract (compiled with --fmad=false), so which of the two solved a module changes no bit (the GPU
+    check: benchmarks/RESULTS.md §2). A user's own GPTQMODEL_DISABLE_GPTQ_CUDA is left alone."""
+    if build is None or not build.is_alive() or BLOCK_UPDATE_OFF in os.environ:
+        yield
+        return
+    os.environ[BLOCK_UPDATE_OFF] = "1"  # GPTQModel reads it for every module it quantizes
+    done = threading.Event()
+
+    def switch_back() -> None:
+        while build.is_alive() and not done.is_set():
+            build.join(timeout=0.2)
+        os.environ.pop(BLOCK_UPDATE_OFF, None)
+
+    watcher = threading.Thread(target=switch_back, name="soarpack-block-update-switch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        os.environ.pop(BLOCK_UPDATE_OFF, None)
+
+
 def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int]], recipe: Any,
              opts: EngineOptions, on_layer: Optional[LayerCallback] = None) -> GptqResult:
     """Quantize `sala` (a SalaForCausalLM on the CPU, loaded from `model_dir`) in place on `rows` of token ids with
@@ -129,7 +165,8 @@ def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int
     definition = _definition(shared_input=opts.shared_input_hessians and not defaults)
     examples = [{"input_ids": torch.tensor([list(ids)]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
                 for ids in rows]
-    with _quiet_stdout(), _cpu_workers(), _log_dir(opts.log_dir), _layer_hooks(sala, on_layer):
+    with _quiet_stdout(), _cpu_workers(), _log_dir(opts.log_dir), _layer_hooks(sala, on_layer), \
+            _half_input_hessians(not defaults):
         gm = definition(hf, quantized=False, quantize_config=qcfg, tokenizer=None,
                         model_local_path=str(model_dir))
         if defaults:  # GPTQModel's own defaults: batch 1, its default calibration order
@@ -199,6 +236,43 @@ def _module_losses(gptq_log: Any) -> List[Dict[str, Any]]:
 
 
 # -- process-wide settings, each restored on exit ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _half_input_hessians(enabled: bool) -> Iterator[None]:
+    """Form each batch's XᵀX from the bf16/fp16 activations in one GEMM that accumulates in float32, on CUDA.
+
+    GPTQModel upcasts the activations to float32 and runs an IEEE SGEMM (its loop switches TF32 off). On an H200
+    that was most of the GPTQ phase: down_proj's Hessian alone is 2·N·16384² FLOP, 172 TFLOP a layer for 320k
+    calibration tokens, at 54 TFLOP/s. A product of two bf16 (or fp16) numbers is exact in float32 and both GEMMs
+    accumulate in float32; the tensor-core GEMM runs at 731 TFLOP/s and is 2.7e-5 from a float64 XᵀX where the
+    SGEMM is 5.3e-6 (benchmarks/gpu_hessian.py), far inside GPTQ's damping (5 % of the mean diagonal). It is a
+    numerical change all the same: GPTQ's error feedback turns such differences into other 4-bit codes (with the
+    exact torch GLA, 13 % of them moved, from layer 0 on, at an unchanged KL: benchmarks/RESULTS.md §2);
+    SOARPACK_FP32_HESSIAN=1 keeps GPTQModel's path. Anything else (CPU, float32 inputs, a torch without `mm(out_dtype=)`) keeps GPTQModel's own path."""
+    if not enabled or os.environ.get(FP32_HESSIAN, "").lower() in ("1", "true", "yes", "on"):
+        yield
+        return
+    from gptqmodel.quantization.gptq import GPTQ  # private: see _PRIVATE
+
+    original = GPTQ.compute_hessian_xtx
+    supported = [True]
+
+    def compute_hessian_xtx(self: Any, matrix: torch.Tensor) -> torch.Tensor:
+        if supported[0] and matrix.is_cuda and matrix.dtype in (torch.bfloat16, torch.float16) and matrix.shape[0]:
+            try:
+                return torch.mm(matrix.T, matrix, out_dtype=torch.float32)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except (TypeError, RuntimeError, NotImplementedError):  # no mm(out_dtype=) in this torch or build
+                supported[0] = False
+        return original(self, matrix)
+
+    GPTQ.compute_hessian_xtx = compute_hessian_xtx
+    try:
+        yield
+    finally:
+        GPTQ.compute_hessian_xtx = original
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ The platform image's fla is whatever version it was built with, and its API move
 0.1.x, deprecated in 0.2-0.4, an error from 0.5; the ops moved to fla-core at 0.3). So on a GPU the sanity forward
 runs on soarpack's torch GLA (the reference: within 2.5e-7 of float64) and, at every Lightning layer, hands the
 same q, k, v to fla's kernel and compares the two outputs. When fla raises or disagrees, the whole run uses the
-torch path, with one loud line.
+torch path, with one loud line. This happens only when fla was asked for (SOARPACK_GLA_BACKEND=fla): the default is
+the torch path, which needs no check.
 
 The comparison is per GLA call, not on the logits: on a 32-layer model with random weights two correct GLA paths
 already differ by 4e-2 in the logits (measured on the H200: the bf16 residual stream amplifies rounding through
@@ -26,7 +27,8 @@ FLA_AGREEMENT_RTOL = 1e-2
 
 @dataclass(frozen=True)
 class GlaVerdict:
-    backend: str  # what the rest of the run uses: "auto" (fla on CUDA), "torch", or the one the user forced
+    backend: str  # what the rest of the run uses: the one in force ("auto" = torch, or "fla"), or "torch" after a
+    # failed check
     rel_diff: Optional[float] = None  # fla vs torch over the compared calls
     calls: int = 0  # GLA calls compared
     bound: float = FLA_AGREEMENT_RTOL
@@ -65,10 +67,11 @@ class FlaComparison:
 
 
 def should_compare(device: str) -> bool:
-    """True when this run would use fla: a CUDA device, backend auto, fla importable. A CPU run never uses fla."""
+    """True when this run would use fla: a CUDA device, fla asked for (SOARPACK_GLA_BACKEND=fla) and importable.
+    The default backend is soarpack's torch GLA, which needs no check; a CPU run never uses fla."""
     from soarpack.sala.gla import current_backend, fla_available
 
-    return device.startswith("cuda") and current_backend() == "auto" and fla_available()
+    return device.startswith("cuda") and current_backend() == "fla" and fla_available()
 
 
 def judge(comparison: Optional[FlaComparison], rtol: float = FLA_AGREEMENT_RTOL) -> GlaVerdict:
@@ -87,4 +90,4 @@ def judge(comparison: Optional[FlaComparison], rtol: float = FLA_AGREEMENT_RTOL)
         return GlaVerdict("torch", diff, comparison.calls, rtol, problem=f"fla's GLA disagrees with soarpack's torch "
                           f"GLA (relative difference {diff:.2e} > {rtol:.0e} over {comparison.calls} calls); the "
                           f"whole quantization runs on soarpack's torch GLA (slower)")
-    return GlaVerdict("auto", diff, comparison.calls, rtol)
+    return GlaVerdict(current_backend(), diff, comparison.calls, rtol)

@@ -123,7 +123,8 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 log.info("sanity", line)
             sanity = sanity_check(sala, data.held_out, run.device, opts, log)
         stack.enter_context(use_backend(sanity.gla.backend))
-        with log.phase("gptq"):
+        with log.phase("gptq"), engine.eager_block_update_while(
+                warmups.threads.get("gptq-block-update") if opts.engine == "soarpack" else None):
             gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
         if line := warmups.wait("gptq-block-update"):
             log.note("gptq", line)

@@ -1,10 +1,11 @@
 """One-time GPU compiles started in background threads while calibration rows are tokenized and weights load.
 
-- GPTQModel's CUDA block-update extension: a ~30 s nvcc build the first GPTQ layer would otherwise wait for. Its
-  loader holds a lock, so GPTQ's own call simply waits for a build still running, and a failed build leaves
-  GPTQModel on its torch fallback: the run goes on, with one line saying so.
-- fla's Triton kernels: compiled and autotuned once for the Lightning layers' shapes and dtypes, so the sanity
-  forward (which waits for this first: two concurrent first calls would both autotune) finds them ready.
+- GPTQModel's CUDA block-update extension: a ~30 s nvcc build the first GPTQ layer would otherwise wait for. Until
+  it is built GPTQ uses GPTQModel's eager block update, bit-identical (engine.eager_block_update_while), and a
+  failed build leaves GPTQModel on that torch path: the run goes on, with one line saying so.
+- fla's Triton kernels, when fla was asked for (SOARPACK_GLA_BACKEND=fla; the default torch GLA compiles nothing):
+  compiled and autotuned once for the Lightning layers' shapes and dtypes, so the sanity forward (which waits for
+  this first: two concurrent first calls would both autotune) finds them ready.
 
 On a CPU there is nothing to compile: no thread starts.
 """
@@ -55,7 +56,7 @@ def start_warmups(device: str, config, gla_backend: str) -> Warmups:
     from soarpack.sala.gla import fla_available, warm_up_fla
 
     warmups.start("gptq-block-update", engine.build_block_update)
-    if gla_backend != "torch" and config.lightning_layer_ids and fla_available():
+    if gla_backend == "fla" and config.lightning_layer_ids and fla_available():
         def fla() -> None:
             warm_up_fla(device, config.lightning_nh, config.lightning_head_dim)
         warmups.start("fla", fla)

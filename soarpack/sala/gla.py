@@ -10,8 +10,10 @@ Two exact forms of the same recurrence:
   state carries everything before the chunk. O(T·C·d + T·d²).
 - `recurrent_gla`: decode, one token at a time, carrying the [heads, d_k, d_v] state.
 
-`gla` picks `fla.ops.simple_gla` kernels (Triton) when they are importable and the tensors are on CUDA, else the
-torch path. `set_backend("torch" | "fla" | "auto")` (or SOARPACK_GLA_BACKEND) forces one; tests use it to compare.
+`gla` runs the torch forms unless fla's `fla.ops.simple_gla` kernels (Triton) are asked for with `set_backend("fla")`
+or SOARPACK_GLA_BACKEND=fla. "auto", the default, is the torch path since the chunk form stopped looping over the
+sequence: on an H200 it runs calibration forwards at fla's speed with no Triton compile and autotune to wait for
+(about 50 s cold, every platform run) and no dependence on the image's fla version (benchmarks/RESULTS.md §1, §2).
 Shapes follow fla: q, k, v are [B, T, H, D]; states are [B, H, D_k, D_v]; all math here is in float32 or float64,
 the dtype of the inputs.
 """
@@ -23,6 +25,7 @@ import os
 from typing import Callable, Iterator, Optional
 
 import torch
+import torch.nn.functional as F
 
 DEFAULT_CHUNK = 64
 _BACKENDS = ("auto", "torch", "fla")
@@ -91,13 +94,16 @@ def _use_fla(q: torch.Tensor) -> bool:
         if not fla_available():
             raise RuntimeError("SOARPACK_GLA_BACKEND=fla but fla.ops.simple_gla cannot be imported")
         return True
-    return q.is_cuda and fla_available()
+    return False  # "auto" and "torch": see the module docstring
 
 
 def _initial_state(state: Optional[torch.Tensor], shape: tuple, like: torch.Tensor) -> torch.Tensor:
     if state is not None:
         return state.to(like.dtype)
     return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+CPU_TOKEN_HEADS = 2048  # a CPU segment's batch × heads × tokens: cache-sized tensors beat fewer, larger steps there
 
 
 def chunk_gla(
@@ -108,32 +114,61 @@ def chunk_gla(
     scale: float,
     initial_state: Optional[torch.Tensor] = None,
     chunk_size: int = DEFAULT_CHUNK,
+    segment_len: Optional[int] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunked simple GLA. q, k: [B,T,H,Dk]; v: [B,T,H,Dv]; g: [H] log-decay (≤ 0). Returns (o, final_state)."""
+    """Chunked simple GLA. q, k: [B,T,H,Dk]; v: [B,T,H,Dv]; g: [H] log-decay (≤ 0). Returns (o, final_state).
+
+    All chunks of a segment at once, with no loop over them: a fixed dozen batched products, so a GPU is busy, not
+    waiting on launches (the whole sequence is one segment there). On a CPU, segments of CPU_TOKEN_HEADS / (B·H)
+    tokens (whole chunks, at least one) keep the tensors cache-sized: at a full layer's 32 heads one whole-sequence
+    segment is 2× slower there. The state carries across segments exactly."""
+    B, T, H, Dk = q.shape
+    if T == 0:
+        return v.new_zeros(B, 0, H, v.shape[-1]), _initial_state(initial_state, (B, H, Dk, v.shape[-1]), q)
+    if segment_len is None:
+        segment_len = T if q.is_cuda else max(1, CPU_TOKEN_HEADS // (B * H * chunk_size)) * chunk_size
+    state, outs = initial_state, []
+    for start in range(0, T, segment_len):
+        end = start + segment_len
+        out, state = _chunk_gla_segment(q[:, start:end], k[:, start:end], v[:, start:end], g, scale, state, chunk_size)
+        outs.append(out)
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), state
+
+
+def _chunk_gla_segment(q, k, v, g, scale, initial_state, chunk_size):
+    """`chunk_gla` on one segment. It is padded in front with zero tokens to whole chunks (a zero k and v add
+    nothing to any state; their outputs are dropped). Every exponent is g times a distance ≥ 0, so nothing
+    overflows; far-away terms underflow to 0, as they should."""
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
-    dtype = q.dtype
-    state = _initial_state(initial_state, (B, H, Dk, Dv), q)
-    # [B,H,T,D] so that the per-head matmuls batch over (B, H).
-    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    g = g.to(dtype).view(1, H, 1, 1)
-    out = torch.empty(B, H, T, Dv, dtype=dtype, device=q.device)
-    idx = torch.arange(chunk_size, device=q.device, dtype=dtype)
+    dtype, device = q.dtype, q.device
+    C = chunk_size
+    pad = (-T) % C
+    N = (T + pad) // C
+    # [B,H,N,C,D]: chunk n, row i within it
+    q, k, v = (F.pad(x.transpose(1, 2), (0, 0, pad, 0)).reshape(B, H, N, C, -1) for x in (q, k, v))
+    g = g.to(dtype).view(H, 1, 1)
+    idx = torch.arange(C, device=device, dtype=dtype)
     rel = idx.view(-1, 1) - idx.view(1, -1)  # i - j
-    causal = rel >= 0
-    for start in range(0, T, chunk_size):
-        end = min(start + chunk_size, T)
-        n = end - start
-        qc, kc, vc = q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
-        # decay[i, j] = exp(g·(i-j)) for j ≤ i, else 0
-        decay = torch.where(causal[:n, :n], torch.exp(g * rel[:n, :n].clamp(min=0)), torch.zeros((), dtype=dtype, device=q.device))
-        intra = (qc @ kc.transpose(-1, -2)) * decay @ vc
-        q_decay = torch.exp(g * (idx[:n] + 1).view(1, 1, -1, 1))  # exp(g·(i+1)): state age at row i
-        inter = (qc * q_decay) @ state
-        out[:, :, start:end] = scale * (intra + inter)
-        k_decay = torch.exp(g * (n - 1 - idx[:n]).view(1, 1, -1, 1))  # exp(g·(n-1-j)): age of k_j at chunk end
-        state = torch.exp(g * n) * state + (kc * k_decay).transpose(-1, -2) @ vc
-    return out.transpose(1, 2), state
+    decay = torch.where(rel >= 0, torch.exp(g * rel.clamp(min=0)), torch.zeros((), dtype=dtype, device=device))
+    intra = (q @ k.transpose(-1, -2)) * decay.view(1, H, 1, C, C) @ v
+    # Each chunk's own contribution to the state at its end, then the state entering chunk n:
+    # S_n = sum_{m<n} exp(g·C·(n-1-m)) U_m, one [N, N] weight per head.
+    k_age = torch.exp(g * (C - 1 - idx)).view(1, H, 1, C, 1)  # exp(g·(C-1-j)): age of k_j at chunk end
+    local = (k * k_age).transpose(-1, -2) @ v  # [B,H,N,Dk,Dv]
+    n = torch.arange(N, device=device, dtype=dtype)
+    gap = n.view(-1, 1) - 1 - n.view(1, -1)  # n-1-m
+    weight = torch.where(gap >= 0, torch.exp(g * C * gap.clamp(min=0)), torch.zeros((), dtype=dtype, device=device))
+    entering = torch.einsum("hnm,bhmkv->bhnkv", weight, local)
+    q_age = torch.exp(g * (idx + 1)).view(1, H, 1, C, 1)  # exp(g·(i+1)): state age at row i
+    out = (intra + (q * q_age) @ entering).reshape(B, H, N * C, Dv)[:, :, pad:]
+    final = torch.exp(g * C) * entering[:, :, -1] + local[:, :, -1]
+    if initial_state is not None:  # decays into every output row and into the final state
+        s0 = initial_state.to(dtype)
+        age = torch.exp(g * torch.arange(1, T + 1, device=device, dtype=dtype)).view(1, H, T, 1)
+        out = out + (q.reshape(B, H, N * C, Dk)[:, :, pad:] * age) @ s0
+        final = final + torch.exp(g * T) * s0
+    return (scale * out).transpose(1, 2), final
 
 
 def recurrent_gla(
