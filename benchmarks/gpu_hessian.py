@@ -16,26 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
+from gpu_gla import cuda_time  # this folder is on sys.path when the script runs
 
 LAYER_TOKENS = 320_067
 HESSIANS_PER_LAYER = {4096: 3, 16384: 1}
-
-
-def cuda_time(fn, warmup: int = 2, runs: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return statistics.median(times)
 
 
 def activations(tokens: int, columns: int) -> torch.Tensor:

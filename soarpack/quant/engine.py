@@ -248,8 +248,9 @@ def _half_input_hessians(enabled: bool) -> Iterator[None]:
     accumulate in float32; the tensor-core GEMM runs at 731 TFLOP/s and is 2.7e-5 from a float64 XᵀX where the
     SGEMM is 5.3e-6 (benchmarks/gpu_hessian.py), far inside GPTQ's damping (5 % of the mean diagonal). It is a
     numerical change all the same: GPTQ's error feedback turns such differences into other 4-bit codes (with the
-    exact torch GLA, 13 % of them moved, from layer 0 on, at an unchanged KL: benchmarks/RESULTS.md §2);
-    SOARPACK_FP32_HESSIAN=1 keeps GPTQModel's path. Anything else (CPU, float32 inputs, a torch without `mm(out_dtype=)`) keeps GPTQModel's own path."""
+    exact torch GLA, 13 % of them moved, from layer 0 on, at an unchanged KL: benchmarks/RESULTS.md §2).
+    GPTQModel's own path stays for SOARPACK_FP32_HESSIAN=1, a CPU, float32 inputs and a torch without
+    `mm(out_dtype=)`."""
     if not enabled or os.environ.get(FP32_HESSIAN, "").lower() in ("1", "true", "yes", "on"):
         yield
         return
