@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import tarfile
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from soarpack.bundle.tarpack import FIXED_MTIME, UnsafeArchiveError, pack_tree, safe_extract
+from tar_helpers import write_tar
 
 
 def _tree(root: Path, mtime: float) -> Path:
@@ -65,16 +65,7 @@ def test_roundtrip_extracts_files_and_inner_links(tmp_path):
 
 
 def _evil_tar(path: Path, member: tarfile.TarInfo, data: bytes = b"x") -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        ok = tarfile.TarInfo("fine.txt")
-        ok.size = 2
-        tar.addfile(ok, io.BytesIO(b"ok"))
-        if member.isreg():
-            member.size = len(data)
-            tar.addfile(member, io.BytesIO(data))
-        else:
-            tar.addfile(member)
-    return path
+    return write_tar(path, [(tarfile.TarInfo("fine.txt"), b"ok"), (member, data)])
 
 
 def _sym(name: str, target: str) -> tarfile.TarInfo:
@@ -118,12 +109,7 @@ def test_symlink_then_file_through_it_is_refused(tmp_path):
     # A symlink to a folder inside the tree is legal; a later member written through a link that points out is not.
     outside = tmp_path / "outside"
     outside.mkdir()
-    path = tmp_path / "evil.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        tar.addfile(_sym("d", "."))
-        f = tarfile.TarInfo("d/ok.txt")
-        f.size = 1
-        tar.addfile(f, io.BytesIO(b"1"))
+    path = write_tar(tmp_path / "evil.tar.gz", [(_sym("d", "."), b""), (tarfile.TarInfo("d/ok.txt"), b"1")])
     safe_extract(path, tmp_path / "x")  # d -> . stays inside
     assert (tmp_path / "x" / "ok.txt").read_bytes() == b"1"
 

@@ -9,7 +9,6 @@ Where mounting is not allowed the test is skipped with the reason.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from soarpack.errors import SoarpackError
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.tarpack import MAX_ENTRIES, UnsafeArchiveError, pack_tree, safe_extract
 from soarpack.cli import app
+from tar_helpers import write_tar
 from soarpack.fsutil import INCOMPLETE_MARKER, read_incomplete_marker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -356,17 +356,6 @@ def bundle(tmp_path_factory):
     return build_bundle(out, wheels=False, calib_rows=8, log=lambda m: None).path
 
 
-def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for info, data in members:
-            if info.isreg():
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return path
-
-
 def _info(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, link
@@ -382,7 +371,7 @@ def _check_fails(tar: Path, *names: str, code: int = 1):
 
 
 def test_row_075_check_hardlink_to_a_missing_member(tmp_path):
-    tar = _tar(tmp_path / "e.tar.gz", [(_info("ok.txt"), b"ok"), (_info("h", tarfile.LNKTYPE, "etc/passwd"), b"")])
+    tar = write_tar(tmp_path / "e.tar.gz", [(_info("ok.txt"), b"ok"), (_info("h", tarfile.LNKTYPE, "etc/passwd"), b"")])
     _check_fails(tar, "FAIL", "'h'", "hard link to etc/passwd")
     with pytest.raises(UnsafeArchiveError):
         safe_extract(tar, tmp_path / "x")
@@ -398,7 +387,7 @@ def test_row_079_symlink_chain_out_of_the_tree(tmp_path, monkeypatch, order, dat
     chain = (_info("chain", tarfile.SYMTYPE, "d1/d2/up/.."), b"")
     dirs = [(_info("d1", tarfile.DIRTYPE), b""), (_info("d1/d2", tarfile.DIRTYPE), b"")]
     members = dirs + ([up, chain] if order == "link-first" else [chain, up])
-    tar = _tar(tmp_path / "e.tar.gz", members)
+    tar = write_tar(tmp_path / "e.tar.gz", members)
     with pytest.raises(UnsafeArchiveError, match="'chain'.*out of the tree"):
         safe_extract(tar, tmp_path / "x")
     assert not (tmp_path / "x").exists()
@@ -407,7 +396,7 @@ def test_row_079_symlink_chain_out_of_the_tree(tmp_path, monkeypatch, order, dat
 
 def test_row_083_check_too_many_entries(tmp_path):
     """Silent before (100,000 files extracted); now refused from the headers, before writing."""
-    tar = _tar(tmp_path / "many.tar.gz", [(_info(f"f{i}"), b"") for i in range(MAX_ENTRIES + 1)])
+    tar = write_tar(tmp_path / "many.tar.gz", [(_info(f"f{i}"), b"") for i in range(MAX_ENTRIES + 1)])
     with pytest.raises(UnsafeArchiveError, match="20,001 entries, over soarpack's cap of 20,000"):
         safe_extract(tar, tmp_path / "x")
     assert not (tmp_path / "x").exists()
@@ -429,7 +418,7 @@ def test_row_084_check_decompression_bomb(tmp_path):
 
 
 def test_row_085_check_extraction_disk_full(tmp_path, full_disk, monkeypatch):
-    tar = _tar(tmp_path / "big.tar.gz", [(_info("big.bin"), os.urandom(256 * 1024))])
+    tar = write_tar(tmp_path / "big.tar.gz", [(_info("big.bin"), os.urandom(256 * 1024))])
     monkeypatch.setattr("tempfile.tempdir", str(full_disk))  # TMPDIR on a full disk
     _check_fails(tar, "FAIL", "no space left on the device while extracting")
     assert os.listdir(full_disk) == []
