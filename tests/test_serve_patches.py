@@ -42,7 +42,7 @@ def tree(tmp_path):
 
 def test_patch_set_is_ordered_and_documented():
     patches = P.load_patches()
-    assert [p.name for p in patches] == ["sparse-dtype", "fp8-kv-query", "fp8-kv-compressed-keys"]
+    assert [p.name for p in patches] == ["sparse-dtype", "fp8-kv-query", "fp8-kv-compressed-keys", "w4-dispatch"]
     for p in patches:
         assert p.summary and "Concern:" in p.description, p.name
         assert all(f.path.startswith("sglang/srt/") and f.hunks for f in p.files)
