@@ -66,12 +66,12 @@ def test_clean_apply_then_already_applied(tree, tmp_path):
     before = {p: p.read_text() for p in tree.rglob("*.py")}
     report = P.check_tree(tree)
     assert [(p.name, p.status) for p in report.patches] == [
-        ("sparse-dtype", "apply"), ("fp8-kv-query", "apply"), ("fp8-kv-compressed-keys", "apply")]
+        ("sparse-dtype", "apply"), ("fp8-kv-query", "apply"), ("fp8-kv-compressed-keys", "apply"), ("w4-dispatch", "apply")]
     assert report.commit is None and report.state == "unknown"  # anchor lines only: no recorded commit
 
     out = tmp_path / "patched"
     report = P.apply_patches(tree, out, verify_compile=False)
-    assert BACKEND in report.written and len(report.written) == 4
+    assert BACKEND in report.written and len(report.written) == 5
     assert {p: p.read_text() for p in tree.rglob("*.py")} == before  # the source is untouched
     patched = (out / BACKEND).read_text()
     assert "self.model_dtype = model_runner.dtype" in patched
@@ -88,7 +88,8 @@ def test_in_place_apply_accepts_repo_root(tree):
     report = P.apply_patches(tree.parent, tree.parent, ["sparse-dtype"], verify_compile=False)
     assert report.written == [BACKEND]
     statuses = {p.name: p.status for p in P.check_tree(tree.parent).patches}
-    assert statuses == {"sparse-dtype": "applied", "fp8-kv-query": "apply", "fp8-kv-compressed-keys": "apply"}
+    assert statuses == {"sparse-dtype": "applied", "fp8-kv-query": "apply", "fp8-kv-compressed-keys": "apply",
+                        "w4-dispatch": "apply"}
 
 
 def test_drifted_file_names_file_line_and_text(tree, tmp_path):

@@ -48,7 +48,11 @@ def test_the_patch_applies_to_both_commits_and_adds_one_block(sglang_fork_trees,
         again = P.check_tree(patched_trees[commit])
         assert (again.commit, again.state) == (commit, "patched")
         text, first = block_text(patched_trees[commit] / MARLIN_UTILS)
-        assert first > 900 and "def soarpack_w4_route" in text
+        whole = (patched_trees[commit] / MARLIN_UTILS).read_text()
+        assert "def soarpack_w4_route" in text and whole.count(text) == 1
+        assert first < whole[:whole.index("def apply_gptq_marlin_linear(")].count("\n")  # defined before its user
+        # applying again changes nothing (a patch that only appended lines would match its own context again)
+        assert P.apply_patches(patched_trees[commit], patched_trees[commit]).written == []
     a, b = (block_text(t / MARLIN_UTILS)[0] for t in patched_trees.values())
     assert a == b
 
