@@ -1,0 +1,132 @@
+"""Security sweep 2026-12-01 (issue 20): one test per hole, named test_case_N_*, N the issue's numbering.
+
+1. secrets behind a JSON escape, in wheel members, base64-encoded; 2. code a server chooses; 3. server args the
+platform's shell splits; 4. unbounded replies; 5. control characters printed raw. Servers listen on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from soarpack.bundle.build import build_bundle
+from soarpack.bundle.check import FAIL, check_bundle
+from soarpack.bundle.secrets import CredentialError, find_secret, scan_tree
+from soarpack.bundle.tarpack import pack_tree, safe_extract
+
+QUIET = dict(log=lambda msg: None, calib_rows=8)
+HF_TOKEN = "hf_" + "Ab3" * 12
+GH_TOKEN = "ghp_" + "B7x" * 12
+AWS_KEY = "AKIA" + "QX3Z7" * 3 + "Q"
+# An OpenSSH private key's PEM armour and the start of its body (made up: the scanner reads the shape, not the key).
+PEM_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\n"
+           "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQy\n"
+           "-----END OPENSSH PRIVATE KEY-----\n")
+B64_KEY = base64.b64encode(PEM_KEY.encode()).decode()
+
+# The shapes of issue 20, case 1, as calibration rows: each is one JSONL line as json.dumps writes it.
+JSON_SHAPES = {
+    "hf-after-newline": {"text": f"my token is:\n{HF_TOKEN}"},
+    "akia-after-tab": {"text": f"aws key\t{AWS_KEY}\tregion eu-west-1"},
+    "ghp-own-line-chat": {"messages": [{"role": "user", "content": f"my token:\n{GH_TOKEN}\nkeep it safe"},
+                                       {"role": "assistant", "content": "ok"}]},
+    "hf-unicode-escaped": {"text": "tok " + "".join(f"\\u{ord(c):04x}" for c in HF_TOKEN)},
+    "base64-private-key": {"text": f"deploy key: {B64_KEY}"},
+}
+WHAT = {"hf-after-newline": "Hugging Face token", "akia-after-tab": "AWS access key", "ghp-own-line-chat": "GitHub token",
+        "hf-unicode-escaped": "Hugging Face token", "base64-private-key": "private key"}
+
+
+def _jsonl(path: Path, row: dict) -> Path:
+    text = json.dumps(row)
+    if "\\\\u" in text:  # the escaped-token row: write the escapes themselves, so only a JSON decoder sees the token
+        text = text.replace("\\\\u", "\\u")
+    path.write_text(text + "\n")
+    return path
+
+
+def test_case_1_json_rows_really_hide_the_token_from_a_word_boundary():
+    """The rows are what the issue shipped: the token follows the letter of a JSON escape."""
+    raw = json.dumps(JSON_SHAPES["hf-after-newline"])
+    assert f"\\n{HF_TOKEN}" in raw
+    assert f"\\t{AWS_KEY}" in json.dumps(JSON_SHAPES["akia-after-tab"])
+    assert f"\\n{GH_TOKEN}\\n" in json.dumps(JSON_SHAPES["ghp-own-line-chat"])
+
+
+@pytest.mark.parametrize("shape", sorted(JSON_SHAPES))
+def test_case_1_build_refuses_each_shape(tmp_path, shape):
+    calib = _jsonl(tmp_path / f"{shape}.jsonl", JSON_SHAPES[shape])
+    with pytest.raises(CredentialError, match=WHAT[shape]) as exc:
+        build_bundle(tmp_path / "out" / "b.tar.gz", wheels=False, calib=[calib], **QUIET)
+    assert f"calib/00-{shape}.jsonl" in exc.value.message
+    assert not (tmp_path / "out" / "b.tar.gz").exists()
+
+
+@pytest.fixture(scope="module")
+def clean_tree(tmp_path_factory):
+    work = tmp_path_factory.mktemp("sec-check")
+    bundle = build_bundle(work / "clean.tar.gz", wheels=False, **QUIET).path
+    return safe_extract(bundle, work / "tree")
+
+
+@pytest.mark.parametrize("shape", sorted(JSON_SHAPES))
+def test_case_1_check_fails_credentials_for_each_shape(tmp_path, clean_tree, shape):
+    """A tarball made by hand (not by build) with the row in it: check's credentials step fails, naming the file."""
+    root = tmp_path / "bundle"
+    pack_tree(clean_tree, tmp_path / "clean.tar.gz")
+    safe_extract(tmp_path / "clean.tar.gz", root)
+    _jsonl(root / "calib" / "01-leak.jsonl", JSON_SHAPES[shape])
+    report = check_bundle(pack_tree(root, tmp_path / "leak.tar.gz"), rehearse=False)
+    step = next(s for s in report.steps if s.name == "credentials")
+    assert step.status == FAIL and "calib/01-leak.jsonl" in step.detail and WHAT[shape] in step.detail, step.detail
+
+
+def test_case_1_base64_private_key_in_plain_text_and_wrapped(tmp_path):
+    wrapped = base64.encodebytes(PEM_KEY.encode())  # 76-character lines, as `base64` writes them
+    assert b"\n" in wrapped.strip()
+    for data in (B64_KEY.encode(), wrapped, base64.urlsafe_b64encode(PEM_KEY.encode()), b"key=" + B64_KEY[:-2].encode()):
+        assert "private key" in (find_secret(data) or ""), data[:40]
+    body = "".join(PEM_KEY.splitlines()[1:-1])  # the armour's body alone: an OpenSSH key blob, base64
+    assert "private key" in (find_secret(body.encode()) or "")
+    (tmp_path / "notes.txt").write_bytes(b"notes\n" + wrapped)
+    with pytest.raises(CredentialError, match="private key"):
+        scan_tree(tmp_path)
+
+
+def _wheel(path: Path, members: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in members.items():
+            zf.writestr(name, text)
+    return path
+
+
+@pytest.mark.parametrize("member, body, what", [
+    ("evil-1.0.dist-info/METADATA",
+     'Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n\nConfigure it with {"env": {"token": "x\\n' + HF_TOKEN + '"}}\n',
+     "Hugging Face token"),
+    ("evil.pth", f"import os; os.environ.setdefault('K', '{B64_KEY}')\n", "private key"),
+    ("evil/data.json", json.dumps({"rows": [{"t": "a\tb\n" + AWS_KEY}]}), "AWS access key"),
+], ids=["metadata", "pth", "json-member"])
+def test_case_1_every_wheel_member_is_scanned(tmp_path, member, body, what):
+    _wheel(tmp_path / "wheels" / "evil-1.0-py3-none-any.whl", {"evil/__init__.py": "", member: body})
+    with pytest.raises(CredentialError, match=what) as exc:
+        scan_tree(tmp_path)
+    assert f"evil-1.0-py3-none-any.whl!{member}" in exc.value.message
+
+
+@pytest.mark.parametrize("text", [
+    "the word \\nhf_tokenizer and \\tAKIA alone",  # escapes before token-like words that are not tokens
+    json.dumps({"sha256": "ab" * 32, "text": "hf_quantizer_config = hf_Config"}),
+    base64.b64encode(b"-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n").decode(),
+    "A" * 200,
+])
+def test_case_1_near_misses_still_pass(tmp_path, text):
+    assert find_secret(text.encode()) is None
+    (tmp_path / "calib").mkdir()
+    (tmp_path / "calib" / "00-ok.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    scan_tree(tmp_path)
