@@ -12,11 +12,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.check import FAIL, check_bundle
 from soarpack.bundle.secrets import CredentialError, find_secret, scan_tree
 from soarpack.bundle.tarpack import pack_tree, safe_extract
+from soarpack.cli import app
 
 QUIET = dict(log=lambda msg: None, calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12
@@ -130,3 +133,70 @@ def test_case_1_near_misses_still_pass(tmp_path, text):
     (tmp_path / "calib").mkdir()
     (tmp_path / "calib" / "00-ok.jsonl").write_text(json.dumps({"text": text}) + "\n")
     scan_tree(tmp_path)
+
+
+# -- 2: code a server chooses -------------------------------------------------------------------------------------
+
+
+def _folder_with_tokenizer_code(folder: Path, marker: Path) -> Path:
+    """A tokenizer folder whose tokenizer_config points at its own tokenization_*.py, which writes `marker` when
+    imported (what a hostile folder would do instead)."""
+    make_tiny_tokenizer(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, "tokenization_marker.MarkerTokenizer"]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "tokenization_marker.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\nclass MarkerTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    return folder
+
+
+def _speed_rows(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"question": f"row {i} the river town", "model_response": "tok tok tok"}) + "\n"
+                            for i in range(2)))
+    return path
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_case_2_bench_never_loads_the_tokenizer_a_server_names(tmp_path):
+    marker = tmp_path / "MARKER"
+    folder = _folder_with_tokenizer_code(tmp_path / "served", marker)
+    data = _speed_rows(tmp_path / "s1.jsonl")
+    with FakeSGLang(model_id=str(folder)) as server:
+        result = _cli("bench", "--api-base", server.url, "--s1", data, "-o", tmp_path / "b.json", "--settle", "0")
+    assert not marker.exists(), "the server-named folder's code ran"
+    assert result.exit_code == 2 and "--model-dir" in result.output, result.output
+    assert server.generate_bodies == []
+
+
+def test_case_2_a_named_folder_runs_no_code_without_the_flag(tmp_path):
+    marker = tmp_path / "MARKER"
+    folder = _folder_with_tokenizer_code(tmp_path / "mine", marker)
+    data = _speed_rows(tmp_path / "s1.jsonl")
+    rows = tmp_path / "eval.jsonl"
+    rows.write_text(json.dumps({"task": "mcq", "question": "q0", "gold": "B"}) + "\n")
+    with FakeSGLang(model_id=str(folder), chat=lambda q: ChatReply("</think>ANSWER: B")) as server:
+        bench = _cli("bench", "--api-base", server.url, "--model-dir", folder, "--s1", data, "-o", tmp_path / "b.json",
+                     "--settle", "0")
+        evaluation = _cli("eval", "--api-base", server.url, "--model-dir", folder, "--data", rows,
+                          "-o", tmp_path / "e.json")
+    speedset = _cli("speedset", "--model-dir", folder, "-n", "2", "-o", tmp_path / "speed.jsonl")
+    assert bench.exit_code == 0, bench.output
+    assert evaluation.exit_code == 0, evaluation.output
+    assert speedset.exit_code == 0, speedset.output
+    assert not marker.exists()
+
+
+def test_case_2_remote_code_runs_only_with_the_users_flag(tmp_path):
+    """The control: the same folder with --trust-remote-code does import its code (so the marker can appear)."""
+    from soarpack.bench.tokenizer import load_tokenizer
+
+    marker = tmp_path / "MARKER"
+    folder = _folder_with_tokenizer_code(tmp_path / "trusted", marker)
+    load_tokenizer(folder)
+    assert not marker.exists()
+    assert load_tokenizer(folder, trust_remote_code=True).encode("tok tok") == load_tokenizer(folder).encode("tok tok")
+    assert marker.read_text() == "ran"

@@ -45,6 +45,7 @@ class EvalConfig:
     data: Path
     output: Optional[Path] = None
     model_dir: Optional[Path] = None
+    trust_remote_code: bool = False  # run model_dir's tokenizer code for the stop strings (--trust-remote-code)
     concurrency: int = 32
     num_samples: Optional[int] = None
     timeout_s: float = PLATFORM_TIMEOUT_S
@@ -213,7 +214,7 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
     if cfg.model_dir is not None:
         from soarpack.bench.tokenizer import stop_strings
 
-        stop = stop_strings(cfg.model_dir)
+        stop = stop_strings(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
     header = {"kind": EVAL_KIND, "version": 2, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
               "num_samples": cfg.num_samples, "retries": cfg.retries}

@@ -82,7 +82,8 @@ def prepare_requests(pairs: Sequence[Tuple[str, str]], count: Callable[[str], in
 class BenchConfig:
     api_base: str
     tiers: Dict[str, Path]  # tier name (s1, s8, smax) → JSONL; absent tiers are skipped as on the platform
-    tokenizer_dir: Optional[Path] = None
+    tokenizer_dir: Optional[Path] = None  # required: the user's --model-dir (a server's model id is never opened)
+    trust_remote_code: bool = False  # run the tokenizer folder's own code (--trust-remote-code)
     output: Optional[Path] = None
     seed: int = 1
     num_prompts: Optional[int] = None
@@ -157,17 +158,10 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
     return {"concurrency": concurrency, **tier_metrics(list(results), requests, duration)}
 
 
-def _token_counter(cfg: BenchConfig, served_model: str) -> Callable[[str], int]:
+def _token_counter(cfg: BenchConfig) -> Callable[[str], int]:
     from soarpack.bench.tokenizer import count_tokens, load_tokenizer
 
-    directory = cfg.tokenizer_dir
-    if directory is None:
-        # bench_serving falls back to the served model id, which SGLang sets to the model path.
-        if not Path(served_model).is_dir():
-            raise InputDataError(f"no --tokenizer given and the served model id {served_model!r} is not a local directory",
-                                 "pass --tokenizer with the served model's directory")
-        directory = Path(served_model)
-    tokenizer = load_tokenizer(directory)
+    tokenizer = load_tokenizer(cfg.tokenizer_dir, trust_remote_code=cfg.trust_remote_code)
     return lambda text: count_tokens(tokenizer, text)
 
 
@@ -178,6 +172,11 @@ def partial_path(output: Path) -> Path:
 
 def check_bench_config(cfg: BenchConfig) -> None:
     http.check_api_base(cfg.api_base)
+    if cfg.tokenizer_dir is None:
+        # bench_serving falls back to the served model id; a server must not choose which folder's code runs here.
+        raise ConfigError("bench needs --model-dir: the served model's folder, whose tokenizer counts the lengths",
+                          "pass --model-dir with the checkpoint the server runs (the server's model id is never "
+                          "opened as a folder)")
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
@@ -198,7 +197,7 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
     # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
     async with http.make_client(api_base, None, cfg.timeout_s) as client:
         served = await http.served_model(client)
-        count = _token_counter(cfg, served["id"])
+        count = _token_counter(cfg)
         prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.num_prompts) for name in pairs}
         report["model"] = served["id"]
         report["measured"] = {**bundle_measured, "served_model": served}

@@ -21,6 +21,8 @@ from soarpack.errors import SoarpackError
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
 _BUNDLE_HELP = "The bundle the server's checkpoint came from: its sha256, profile and recipe are recorded."
+_TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py), as the platform's bench_serving "
+               "does; only for a folder you trust. Off: its files are read as data.")
 
 
 def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
@@ -91,6 +93,7 @@ def eval_cmd(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
                                              help="Served model dir: stop strings come from its generation config "
                                                   "and tokenizer, as on the platform."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
     rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
     timeout: float = typer.Option(3000.0, "--timeout", metavar="SECONDS",
@@ -134,7 +137,8 @@ def eval_cmd(
 
     model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
-    cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir, concurrency=concurrency,
+    cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir,
+                     trust_remote_code=trust_remote_code, concurrency=concurrency,
                      num_samples=rows, timeout_s=timeout, max_tokens=max_tokens, stall_s=stall_timeout,
                      retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
     check_eval_config(cfg)
@@ -170,8 +174,9 @@ def bench_cmd(
     s8: Optional[Path] = typer.Option(None, "--s8", metavar="FILE", help="Speed JSONL for S8 (concurrency 8)."),
     smax: Optional[Path] = typer.Option(None, "--smax", metavar="FILE", help="Speed JSONL for Smax (no cap)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir whose tokenizer counts max_new_tokens (default: "
-                                                  "the served model id, if it is a local dir)."),
+                                             help="Served model dir whose tokenizer counts max_new_tokens. "
+                                                  "[required]"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     output: Path = typer.Option(Path("bench.json"), "-o", "--output", metavar="FILE",
                                 help="Result JSON (what score and compare read)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Shuffle seed (the platform uses 1)."),
@@ -197,7 +202,7 @@ def bench_cmd(
     Example:
 
     \b
-      soarpack bench --api-base http://127.0.0.1:30000 \\
+      soarpack bench --api-base http://127.0.0.1:30000 --model-dir Q \\
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack.bench.render import print_bench
@@ -206,7 +211,8 @@ def bench_cmd(
     model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
     rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
     tiers = {name: path for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
-    cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, output=output, seed=seed,
+    cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, trust_remote_code=trust_remote_code,
+                      output=output, seed=seed,
                       num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
                       label=label, bundle=_bundle_identity(bundle))
     check_bench_config(cfg)
@@ -232,6 +238,7 @@ def speedset_cmd(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
                                              help="The served model's dir, whose tokenizer counts the lengths. "
                                                   "[required]"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     rows: int = typer.Option(..., "-n", "--rows", metavar="N", min=1, help="Number of rows."),
     output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
                                 help="JSONL to write ({question, model_response} per line)."),
@@ -263,7 +270,7 @@ def speedset_cmd(
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists", "pass --force to replace it")
     buckets = ss.load_mix(mix)
-    table_rows, summary = ss.make_speedset(load_tokenizer(model_dir), rows, buckets, seed, ss.speedset_text(text))
+    table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     ss.write_jsonl(output, table_rows)
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
