@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shlex
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -20,6 +24,9 @@ from soarpack.bundle.check import FAIL, check_bundle
 from soarpack.bundle.secrets import CredentialError, find_secret, scan_tree
 from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.cli import app
+from soarpack.errors import ConfigError
+from soarpack.serve.lint import lint_args
+from soarpack.serve.profiles import list_profiles, load_profile
 
 QUIET = dict(log=lambda msg: None, calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12
@@ -200,3 +207,85 @@ def test_case_2_remote_code_runs_only_with_the_users_flag(tmp_path):
     assert not marker.exists()
     assert load_tokenizer(folder, trust_remote_code=True).encode("tok tok") == load_tokenizer(folder).encode("tok tok")
     assert marker.read_text() == "ran"
+
+
+# -- 3: server args the platform's shell splits ------------------------------------------------------------------
+
+UNSAFE_EXAMPLES = {"name-with-space": ["--served-model-name", "my model"],
+                   "glob-template": ["--chat-template", "templates/*.jinja"]}
+
+
+def _launch_through_a_shell(tmp_path: Path, mode: str, args_string: str) -> list:
+    """Run the platform's launch line (PLATFORM_LAUNCH_LINE) under `mode` against a stand-in `python` on PATH that
+    records its argv; return that argv. The folder holds templates/a.jinja, so a glob has something to match."""
+    from soarpack.serve.server import PLATFORM_LAUNCH_LINE
+
+    bin_dir, record = tmp_path / "bin", tmp_path / f"argv-{mode}.json"
+    bin_dir.mkdir(exist_ok=True)
+    stand_in = bin_dir / "python"
+    stand_in.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                        "json.dump(sys.argv[1:], open(os.environ['ARGV_RECORD'], 'w'))\n")
+    stand_in.chmod(0o755)
+    (tmp_path / "templates").mkdir(exist_ok=True)
+    (tmp_path / "templates" / "a.jinja").write_text("{{ messages }}")
+    shells = {"bash": ["bash", "--noprofile", "--norc", "-c", PLATFORM_LAUNCH_LINE],
+              "sh": ["sh", "-c", PLATFORM_LAUNCH_LINE],
+              "eval": ["bash", "--noprofile", "--norc", "-c", f'eval "{PLATFORM_LAUNCH_LINE}"']}
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": "/models/q", "SGLANG_SERVER_ARGS": args_string,
+           "ARGV_RECORD": str(record)}
+    subprocess.run(shells[mode], env=env, cwd=tmp_path, check=True, timeout=30)
+    return json.loads(record.read_text())
+
+
+@pytest.mark.parametrize("mode", ["bash", "sh", "eval"])
+@pytest.mark.parametrize("name", list_profiles())
+def test_case_3_a_profiles_args_arrive_intact_through_the_platform_launch_line(tmp_path, name, mode):
+    from soarpack.serve.server import launch_command
+
+    prof = load_profile(name)
+    assert [f for f in lint_args(prof.args) if f.rule == "unsafe-token"] == []
+    argv = _launch_through_a_shell(tmp_path, mode, prof.args_string())
+    assert argv == launch_command("/models/q", prof.args, 30000, "python")[1:]
+
+
+@pytest.mark.parametrize("example", sorted(UNSAFE_EXAMPLES))
+def test_case_3_unsafe_args_break_in_the_shell_and_lint_refuses_them(tmp_path, example):
+    args = UNSAFE_EXAMPLES[example]
+    got = {mode: _launch_through_a_shell(tmp_path, mode, shlex.join(args)) for mode in ("bash", "sh", "eval")}
+    # what the issue saw: under the platform's unquoted expansion the server gets other words (`'my`, `model'`;
+    # the template with its quotes), and `eval` gets yet another reading
+    assert got["bash"][7:-5] != args and got["sh"][7:-5] != args and got["eval"] != got["bash"], got
+    findings = [f for f in lint_args(args) if f.rule == "unsafe-token"]
+    assert len(findings) == 1 and findings[0].level == "error"
+    assert "\n" not in findings[0].message and args[1] in findings[0].message
+    assert [f.rule for f in lint_args(shlex.join(args)) if f.rule == "unsafe-token"]  # the string form too
+
+
+def _profile_with(tmp_path: Path, extra: list) -> Path:
+    path = tmp_path / "unsafe-profile.toml"
+    args = load_profile("safe").args + extra
+    path.write_text(f'recipe = "w4-mlp"\n\n[serve]\nargs = {json.dumps(args)}\n')
+    return path
+
+
+@pytest.mark.parametrize("example", sorted(UNSAFE_EXAMPLES))
+def test_case_3_args_and_build_refuse_the_examples(tmp_path, example):
+    profile = _profile_with(tmp_path, UNSAFE_EXAMPLES[example])
+    result = _cli("args", profile)
+    assert result.exit_code == 2 and "unsafe-token" in result.output, result.output
+    with pytest.raises(ConfigError, match="unsafe-token"):
+        build_bundle(tmp_path / "b.tar.gz", profile=str(profile), wheels=False, **QUIET)
+    assert not (tmp_path / "b.tar.gz").exists()
+
+
+@pytest.mark.parametrize("example", sorted(UNSAFE_EXAMPLES))
+def test_case_3_check_fails_args_lint_on_the_examples(tmp_path, clean_tree, example):
+    root = tmp_path / "bundle"
+    pack_tree(clean_tree, tmp_path / "clean.tar.gz")
+    safe_extract(tmp_path / "clean.tar.gz", root)
+    manifest = json.loads((root / "MANIFEST.json").read_text())
+    manifest["profile"]["args"] += UNSAFE_EXAMPLES[example]
+    (root / "MANIFEST.json").write_text(json.dumps(manifest))
+    report = check_bundle(pack_tree(root, tmp_path / "args.tar.gz"), rehearse=False)
+    step = next(s for s in report.steps if s.name == "args lint")
+    assert step.status == FAIL and "unsafe-token" in step.detail, step.detail
