@@ -6,12 +6,14 @@ platform's shell splits; 4. unbounded replies; 5. control characters printed raw
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import shlex
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -19,12 +21,15 @@ import pytest
 from typer.testing import CliRunner
 
 from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.bench.client import make_client, stream_generate
+from soarpack.bench.evaluate import EvalConfig, run_eval
+from soarpack.bench.speed import BenchConfig, run_bench
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.check import FAIL, check_bundle
 from soarpack.bundle.secrets import CredentialError, find_secret, scan_tree
 from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.cli import app
-from soarpack.errors import ConfigError
+from soarpack.errors import ConfigError, SoarpackError
 from soarpack.serve.lint import lint_args
 from soarpack.serve.profiles import list_profiles, load_profile
 
@@ -289,3 +294,94 @@ def test_case_3_check_fails_args_lint_on_the_examples(tmp_path, clean_tree, exam
     report = check_bundle(pack_tree(root, tmp_path / "args.tar.gz"), rehearse=False)
     step = next(s for s in report.steps if s.name == "args lint")
     assert step.status == FAIL and "unsafe-token" in step.detail, step.detail
+
+
+# -- 4: unbounded replies ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return make_tiny_tokenizer(tmp_path_factory.mktemp("sec-tok"))
+
+
+def _eval_rows(path: Path, n: int = 1) -> Path:
+    path.write_text("".join(json.dumps({"task": "mcq", "question": f"q{i}", "gold": "B"}) + "\n" for i in range(n)))
+    return path
+
+
+def test_case_4_a_chunk_claiming_1e9_tokens_is_capped_at_max_new_tokens(tmp_path, tokenizer_dir):
+    """The issue's chunk: completion_tokens 10**9 made bench build a 10**9-element ITL list (8 GB)."""
+    data = _speed_rows(tmp_path / "s1.jsonl")  # 3 output tokens per row
+    with FakeSGLang(generate=GenerateScript(claim_tokens=10**9)) as server:
+        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, tokenizer_dir=Path(tokenizer_dir),
+                                       settle_s=0.0, warmup=False))
+    tier = report["tiers"]["s1"]
+    assert tier["completed"] == 2 and tier["failed"] == 0
+    assert tier["total_output_tokens"] == tier["requested_output_tokens"] == 6
+
+
+def test_case_4_stream_generate_keeps_every_claim_within_the_request(tmp_path):
+    async def one(url):
+        async with make_client(url, None, 10.0) as client:
+            return await stream_generate(client, "row", 5)
+
+    with FakeSGLang(generate=GenerateScript(claim_tokens=10**9)) as server:
+        result = asyncio.run(one(server.url))
+    assert result.success and result.output_tokens == 5 and len(result.itl_s) <= 5
+
+
+def test_case_4_chat_usage_counts_are_capped(tmp_path):
+    data = _eval_rows(tmp_path / "d.jsonl")
+    with FakeSGLang(chat=lambda q: ChatReply("</think>ANSWER: B", completion_tokens=10**9)) as server:
+        report = run_eval(EvalConfig(api_base=server.url, data=data, max_tokens=100))
+    assert report["rows"][0]["output_tokens"] == 100 and report["rows"][0]["score"] == 1.0
+
+
+def test_case_4_a_trickling_reply_is_cut_at_the_deadline(tmp_path):
+    """One byte a second passes --timeout 3 and --stall-timeout 3 (each read is quick); --deadline 2 ends it."""
+    data = _eval_rows(tmp_path / "d.jsonl")
+    with FakeSGLang(chat=lambda q: ChatReply("</think>ANSWER: B", trickle_s=1.0)) as server:
+        started = time.monotonic()
+        result = _cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "e.json",
+                      "--timeout", "3", "--stall-timeout", "3", "--deadline", "2")
+        elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output  # incomplete: the row failed
+    assert elapsed < 8, elapsed
+    row = json.loads((tmp_path / "e.json").read_text())["rows"][0]
+    assert row["error"] == "deadline: no complete reply within 2 s" and row["score"] == 0
+    assert EvalConfig(api_base="http://x", data=data).deadline_s is None  # off by default: rows score as on the platform
+
+
+def test_case_4_a_slow_stream_is_cut_at_the_bench_deadline(tmp_path, tokenizer_dir):
+    data = tmp_path / "s1.jsonl"
+    data.write_text(json.dumps({"question": "row the river town", "model_response": " ".join(["tok"] * 20)}) + "\n")
+    with FakeSGLang(generate=GenerateScript(token_delay_s=1.0)) as server:
+        started = time.monotonic()
+        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, tokenizer_dir=Path(tokenizer_dir),
+                                       settle_s=0.0, warmup=False, stall_s=3.0, deadline_s=2.0))
+        elapsed = time.monotonic() - started
+    tier = report["tiers"]["s1"]
+    assert tier["failed"] == 1 and tier["errors"] == ["deadline: no complete reply within 2 s"]
+    assert elapsed < 8, elapsed
+
+
+def test_case_4_bodies_lines_and_ids_are_bounded(tmp_path, monkeypatch, tokenizer_dir):
+    from soarpack.bench import client
+
+    monkeypatch.setattr(client, "MAX_REPLY_BYTES", 1024)
+    monkeypatch.setattr(client, "MAX_LINE_BYTES", 1024)
+    data = _eval_rows(tmp_path / "d.jsonl", 2)
+    replies = {"q0": ChatReply("</think>" + "B" * 4096), "q1": ChatReply(status=500, raw=b"x" * 100_000)}
+    with FakeSGLang(chat=lambda q: replies[q]) as server:
+        rows = run_eval(EvalConfig(api_base=server.url, data=data))["rows"]
+    assert rows[0]["error"] == "the reply larger than 1024 bytes"
+    assert rows[1]["error"] == "HTTP 500: (an error body larger than 4 KiB)"
+    speed = tmp_path / "s1.jsonl"
+    speed.write_text(json.dumps({"question": "row the river town", "model_response": " ".join(["tok"] * 400)}) + "\n")
+    with FakeSGLang(generate=GenerateScript(tokens_per_chunk=400)) as server:  # one line of ~1.6 kB
+        tier = run_bench(BenchConfig(api_base=server.url, tiers={"s1": speed}, tokenizer_dir=Path(tokenizer_dir),
+                                     settle_s=0.0, warmup=False))["tiers"]["s1"]
+    assert tier["errors"] == ["a stream line larger than 1024 bytes"]
+    with FakeSGLang(model_id="m" * 5000) as server:
+        with pytest.raises(SoarpackError, match="longer than 4096 characters"):
+            run_eval(EvalConfig(api_base=server.url, data=data))

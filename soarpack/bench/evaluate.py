@@ -52,6 +52,7 @@ class EvalConfig:
     max_tokens: int = PLATFORM_MAX_TOKENS
     save_every_s: float = 2.0
     stall_s: float = DEFAULT_STALL_S
+    deadline_s: Optional[float] = None  # the whole request at most (--deadline); off, as on the platform
     retries: int = 0
     resume: bool = False  # keep an existing output's rows although its server or model differ
     force: bool = False  # start over; the existing output is kept beside as NAME.old-N.json
@@ -62,6 +63,7 @@ class EvalConfig:
 def check_eval_config(cfg: EvalConfig) -> None:
     """Refuse settings that would send nonsense, before anything is read or sent."""
     http.check_api_base(cfg.api_base)
+    http.check_deadline(cfg.deadline_s)
     if cfg.resume and cfg.force:
         raise ConfigError("--resume and --force contradict each other", "--resume keeps the rows, --force starts over")
     for flag, value in (("--timeout", cfg.timeout_s), ("--stall-timeout", cfg.stall_s)):
@@ -191,7 +193,7 @@ async def _ask(client, model: str, question: str, cfg: EvalConfig, stop: List[st
     """(result, error of the first attempt, attempts): up to 1 + cfg.retries attempts while they fail."""
     first_error = None
     for attempt in range(1, cfg.retries + 2):
-        result = await http.chat_completion(client, model, question, cfg.max_tokens, stop, cfg.stall_s)
+        result = await http.chat_completion(client, model, question, cfg.max_tokens, stop, cfg.stall_s, cfg.deadline_s)
         if attempt == 1:
             first_error = result.error
         if result.error is None:

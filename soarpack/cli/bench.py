@@ -101,6 +101,10 @@ def eval_cmd(
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose reply has started but then sends no byte for "
                                              "this long (waiting for it to start is bounded by --timeout)."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", metavar="SECONDS",
+                                             help="Fail a request not answered in full within this long, however "
+                                                  "its bytes trickle in. Off by default, as on the platform "
+                                                  "(whose timeout is per read, like --timeout)."),
     retries: int = typer.Option(0, "--retries", metavar="N",
                                 help="Send a failed request again up to N times (the platform does not retry: "
                                      "a failed row scores 0). The report gives the accuracy with and without."),
@@ -140,7 +144,7 @@ def eval_cmd(
     cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir,
                      trust_remote_code=trust_remote_code, concurrency=concurrency,
                      num_samples=rows, timeout_s=timeout, max_tokens=max_tokens, stall_s=stall_timeout,
-                     retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
+                     deadline_s=deadline, retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
     check_eval_config(cfg)
     if model_dir is None:
         _say("note: no --model-dir: requests carry no stop strings (the platform sends the model's eos tokens)")
@@ -188,6 +192,9 @@ def bench_cmd(
                                  help="Wait after the flush before timing (bench_serving waits 1)."),
     stall_timeout: float = typer.Option(600.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose stream sends no byte for this long."),
+    deadline: float = typer.Option(6 * 60 * 60, "--deadline", metavar="SECONDS",
+                                   help="Fail a request not finished within this long (bench_serving's total "
+                                        "timeout per request: 6 h)."),
     label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -214,7 +221,7 @@ def bench_cmd(
     cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, trust_remote_code=trust_remote_code,
                       output=output, seed=seed,
                       num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
-                      label=label, bundle=_bundle_identity(bundle))
+                      deadline_s=deadline, label=label, bundle=_bundle_identity(bundle))
     check_bench_config(cfg)
     with progress_bars("bench") as update:
         try:
