@@ -346,7 +346,8 @@ def test_case_4_a_trickling_reply_is_cut_at_the_deadline(tmp_path):
                       "--timeout", "3", "--stall-timeout", "3", "--deadline", "2")
         elapsed = time.monotonic() - started
     assert result.exit_code == 1, result.output  # incomplete: the row failed
-    assert elapsed < 8, elapsed
+    _row = json.loads((tmp_path / "e.json").read_text())["rows"][0]
+    assert elapsed < 8, (elapsed, _row["error"], _row["latency_s"], result.output)
     row = json.loads((tmp_path / "e.json").read_text())["rows"][0]
     assert row["error"] == "deadline: no complete reply within 2 s" and row["score"] == 0
     assert EvalConfig(api_base="http://x", data=data).deadline_s is None  # off by default: rows score as on the platform
@@ -385,3 +386,53 @@ def test_case_4_bodies_lines_and_ids_are_bounded(tmp_path, monkeypatch, tokenize
     with FakeSGLang(model_id="m" * 5000) as server:
         with pytest.raises(SoarpackError, match="longer than 4096 characters"):
             run_eval(EvalConfig(api_base=server.url, data=data))
+
+
+# -- 5: control characters printed raw ---------------------------------------------------------------------------
+
+ESC_TITLE = "\x1b]0;pwned\x07\x1b[2J"  # retitle the terminal window, then clear the screen
+ESC_TITLE_PRINTED = "\\x1b]0;pwned\\x07\\x1b[2J"
+
+
+def _assert_escaped(output: str) -> None:
+    assert "\x1b" not in output and "\x07" not in output, repr(output)
+    assert ESC_TITLE_PRINTED in output, output
+
+
+def test_case_5_printable_escapes_controls_only():
+    from soarpack.printable import printable
+
+    assert printable(f"a{ESC_TITLE}b") == "a\\x1b]0;pwned\\x07\\x1b[2Jb"
+    assert printable("ok\u202ecod.exe\r\x9b") == "ok\\u202ecod.exe\\r\\x9b"
+    assert printable("línea 1\nlínea 2", keep="\n") == "línea 1\nlínea 2"
+    assert printable("C:\\models\\q [x]") == "C:\\models\\q [x]"
+
+
+def test_case_5_an_escape_sequence_in_a_file_name_is_printed_escaped(tmp_path):
+    calib = tmp_path / f"evil{ESC_TITLE}.jsonl"
+    calib.write_text(json.dumps({"text": f"key {HF_TOKEN}"}) + "\n")
+    result = _cli("build", "--no-wheels", "--calib", calib, "-o", tmp_path / "b.tar.gz")
+    assert result.exit_code == 2 and "Hugging Face token" in result.output, result.output
+    _assert_escaped(result.output)
+    missing = _cli("eval", "--api-base", "http://127.0.0.1:9", "--data", tmp_path / f"gone{ESC_TITLE}.jsonl")
+    assert missing.exit_code == 2, missing.output
+    _assert_escaped(missing.output)
+
+
+def test_case_5_an_escape_sequence_in_a_reply_is_printed_escaped(tmp_path):
+    data = _eval_rows(tmp_path / "d.jsonl")
+    body = f"{ESC_TITLE}overloaded".encode()
+    with FakeSGLang(chat=lambda q: ChatReply(status=503, raw=body)) as server:
+        result = _cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "e.json")
+    assert result.exit_code == 1 and "overloaded" in result.output, result.output
+    _assert_escaped(result.output)
+
+
+def test_case_5_an_escape_sequence_in_a_served_model_id_is_printed_escaped(tmp_path):
+    data = _eval_rows(tmp_path / "d.jsonl")
+    with FakeSGLang(model_id=f"sala{ESC_TITLE}", chat=lambda q: ChatReply("</think>ANSWER: B")) as server:
+        assert _cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "e.json").exit_code == 0
+    for fmt in ("table", "md", "csv"):
+        result = _cli("compare", tmp_path / "e.json", "--format", fmt)
+        assert result.exit_code == 0 and "sala" in result.output, result.output
+        _assert_escaped(result.output)

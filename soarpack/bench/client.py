@@ -11,13 +11,13 @@ trickling a byte a second passes the first two).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, List, Optional, TypeVar
 
+import anyio
 import httpx
 
 from soarpack.errors import ConfigError, SoarpackError
@@ -108,24 +108,30 @@ def check_deadline(deadline_s: Optional[float]) -> None:
 
 
 async def within_deadline(coro, deadline_s: Optional[float]):
-    """Await `coro`, raising DeadlineError after `deadline_s` seconds (None: no limit)."""
+    """Await `coro`, raising DeadlineError after `deadline_s` seconds (None: no limit).
+
+    An anyio cancel scope, not asyncio.wait_for: httpx reads inside anyio scopes of its own, which at times
+    swallowed wait_for's cancellation (a trickling reply then ran to its end)."""
     if deadline_s is None:
         return await coro
     try:
-        return await asyncio.wait_for(coro, deadline_s)
-    except asyncio.TimeoutError:
+        with anyio.fail_after(deadline_s):
+            return await coro
+    except TimeoutError:
         raise DeadlineError(deadline_s) from None
 
 
 async def within_stall(chunks: AsyncIterator[T], stall_s: Optional[float]) -> AsyncIterator[T]:
-    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit)."""
+    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit).
+    The wait is an anyio cancel scope, as in within_deadline."""
     iterator = chunks.__aiter__()
     while True:
         try:
-            item = await asyncio.wait_for(iterator.__anext__(), stall_s)
+            with anyio.fail_after(stall_s):  # None: no limit
+                item = await iterator.__anext__()
         except StopAsyncIteration:
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StallError(stall_s) from None
         yield item
 

@@ -17,6 +17,7 @@ import typer
 
 from soarpack.cli import command, err_console, renamed, required
 from soarpack.errors import SoarpackError
+from soarpack.printable import printable
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
@@ -54,7 +55,7 @@ def _table_console(as_json: bool):
 
 
 def _say(message: str) -> None:
-    err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+    err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -152,7 +153,7 @@ def eval_cmd(
     with progress_bars("eval") as update:
         def on_result(record: dict, done: int, total: int) -> None:
             scores.append(record["score"])
-            note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(record['error'])}" if record["error"] else "")
+            note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
             update("rows", done, total, note)
 
         report = run_eval(cfg, on_result, note=_say)
@@ -364,7 +365,7 @@ def compare_cmd(
         from soarpack.bench.chart import write_chart
 
         _say(f"wrote {write_chart(runs, chart)}")
-    typer.echo(render(runs, fmt.value, best))
+    typer.echo(render(runs, fmt.value, best) if fmt.value == "json" else printable(render(runs, fmt.value, best), keep="\n"))
     below = [r.name for r in runs if r.below_gate]
     if below:
         raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
