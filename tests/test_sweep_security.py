@@ -51,9 +51,11 @@ JSON_SHAPES = {
                                        {"role": "assistant", "content": "ok"}]},
     "hf-unicode-escaped": {"text": "tok " + "".join(f"\\u{ord(c):04x}" for c in HF_TOKEN)},
     "base64-private-key": {"text": f"deploy key: {B64_KEY}"},
+    "aws-secret-in-nested-json": {"text": json.dumps({"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"})},
 }
 WHAT = {"hf-after-newline": "Hugging Face token", "akia-after-tab": "AWS access key", "ghp-own-line-chat": "GitHub token",
-        "hf-unicode-escaped": "Hugging Face token", "base64-private-key": "private key"}
+        "hf-unicode-escaped": "Hugging Face token", "base64-private-key": "private key",
+        "aws-secret-in-nested-json": "AWS secret access key"}
 
 
 def _jsonl(path: Path, row: dict) -> Path:

@@ -18,6 +18,8 @@ and entropy plugins flag hashes and ids that calibration text and source trees a
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import io
 import re
@@ -40,8 +42,6 @@ _PACKED_PREFIX = re.compile(r"^\d+-")
 
 _HF_SHORT = rb"hf_(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]{10,29}"
 _QUOTE = rb"(?:\\?[\"'])?"  # a quote, or an escaped one inside a JSON string
-# Content patterns: token formats with a recognizable prefix, PEM/PGP private keys, and an AWS secret key only
-# beside its name (40 base64 characters alone are as often a sha1).
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _HEX = frozenset(b"0123456789ABCDEFabcdef")
 
@@ -69,6 +69,8 @@ class _Token:
         return any(_starts_a_token(data, m.start()) for m in self.pattern.finditer(data))
 
 
+# Content patterns: token formats with a recognizable prefix, PEM/PGP private keys, and an AWS secret key only
+# beside its name (40 base64 characters alone are as often a sha1).
 SECRET_PATTERNS = [
     ("a private key", re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
     ("a Hugging Face token", _Token(rb"(?:hf_[A-Za-z0-9]{30,}|" + _HF_SHORT + rb")\b")),
@@ -112,9 +114,6 @@ def _refuse(name: str, problem: str) -> CredentialError:
 
 
 def _b64decode(run: bytes) -> bytes:
-    import base64
-    import binascii
-
     run = run[: len(run) - len(run) % 4].translate(_URLSAFE)
     try:
         return base64.b64decode(run)
@@ -122,7 +121,7 @@ def _b64decode(run: bytes) -> bytes:
         return b""
 
 
-def _der_length_ok(data: bytes) -> Optional[int]:
+def _der_sequence_body(data: bytes) -> Optional[int]:
     """Offset past a DER SEQUENCE header (tag 0x30 and its length), or None."""
     if len(data) < 8 or data[0] != 0x30:
         return None
@@ -140,7 +139,7 @@ def _is_private_key_blob(data: bytes) -> bool:
     A certificate or public key starts with a SEQUENCE inside the SEQUENCE, never with a version number."""
     if data.startswith(OPENSSH_MAGIC):
         return True
-    at = _der_length_ok(data)
+    at = _der_sequence_body(data)
     if at is None:
         return False
     head = data[at:at + 4]
