@@ -28,8 +28,9 @@ MAX_HOLD_S = 30.0
 @dataclass
 class ChatReply:
     """One chat answer. Broken-server modes: `content` of any JSON type; `raw` sent as the body instead of a
-    completion (malformed JSON, HTML, `{"choices": []}`); `missing_bytes` > 0 announces a Content-Length that
-    many bytes longer than the body sent, then holds the connection open."""
+    completion (malformed JSON, HTML, `{"choices": []}`; with a `status` other than 200, the error body);
+    `missing_bytes` > 0 announces a Content-Length that many bytes longer than the body sent, then holds the
+    connection open; `trickle_s` > 0 sends the body one byte every `trickle_s` seconds (at most MAX_HOLD_S)."""
 
     content: Any = "ok"
     delay_s: float = 0.0
@@ -37,6 +38,7 @@ class ChatReply:
     completion_tokens: Optional[int] = None
     raw: Optional[bytes] = None
     missing_bytes: int = 0
+    trickle_s: float = 0.0
 
 
 @dataclass
@@ -50,6 +52,7 @@ class GenerateScript:
     status: int = 200
     stop_after: Optional[int] = None  # send at most this many tokens, then [DONE]: shorter than asked
     stall_after: Optional[int] = None  # after this many tokens, hold the stream open and send nothing
+    claim_tokens: Optional[int] = None  # from the second chunk on, claim this completion_tokens (a lying server)
 
 
 class FakeSGLang:
@@ -203,23 +206,41 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             # Leave before the client can see the answer, so in-flight counts never overlap a finished request.
             fake.leave("chat")
-        if reply.status != 200:
+        if reply.status != 200 and reply.raw is None:
             self._send_json(reply.status, {"object": "error", "message": "scripted failure"})
             return
         if reply.raw is not None or reply.missing_bytes:
             self._send_raw(reply)
             return
         tokens = reply.completion_tokens if reply.completion_tokens is not None else len(str(reply.content).split())
-        self._send_json(200, {
+        completion = {
             "id": "fake", "object": "chat.completion", "model": fake.model_id,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(question.split()), "completion_tokens": tokens,
                       "total_tokens": len(question.split()) + tokens},
-        })
+        }
+        if reply.trickle_s:
+            self._trickle(json.dumps(completion).encode(), reply.trickle_s)
+            return
+        self._send_json(200, completion)
+
+    def _trickle(self, data: bytes, every_s: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        deadline = time.monotonic() + MAX_HOLD_S
+        for i in range(len(data)):
+            if self.fake.stopping.is_set() or time.monotonic() > deadline:
+                self.close_connection = True
+                return
+            self.wfile.write(data[i:i + 1])
+            self.wfile.flush()
+            self.fake.sleep(every_s)
 
     def _send_raw(self, reply: ChatReply) -> None:
         data = reply.raw if reply.raw is not None else json.dumps({"choices": [{"message": {"content": "x"}}]}).encode()
-        self.send_response(200)
+        self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data) + reply.missing_bytes))
         self.end_headers()
@@ -257,7 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if sent:
                     fake.sleep(script.token_delay_s * step)
                 sent = min(total, sent + step)
-                event = {"text": " ".join(["tok"] * sent), "meta_info": {"completion_tokens": sent, "prompt_tokens": 0},
+                claimed = script.claim_tokens if script.claim_tokens is not None and sent > step else sent
+                event = {"text": " ".join(["tok"] * sent), "meta_info": {"completion_tokens": claimed, "prompt_tokens": 0},
                          "index": 0}
                 self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
             fake.record("generate_end")

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from fake_sglang_server import FakeSGLang, GenerateScript, make_tiny_tokenizer
 from soarpack.bench.speed import BenchConfig, load_speed_pairs, prepare_requests, run_bench
 from soarpack.cli import app
-from soarpack.errors import InputDataError, SoarpackError
+from soarpack.errors import ConfigError, SoarpackError
 
 
 def in_output(text, result):
@@ -113,13 +113,13 @@ def test_failed_warmup_stops_the_bench(tmp_path, tokenizer_dir):
         assert server.flushes == 0
 
 
-def test_tokenizer_defaults_to_the_served_model_dir(tmp_path, tokenizer_dir):
+def test_tokenizer_comes_only_from_the_model_dir_the_user_names(tmp_path, tokenizer_dir):
     data = speed_file(tmp_path / "s.jsonl", [3, 4])
-    with FakeSGLang(model_id=str(tokenizer_dir)) as server:
-        assert bench(server, {"s1": data}, None)["tiers"]["s1"]["completed"] == 2
-    with FakeSGLang(model_id="not-a-dir") as server:
-        with pytest.raises(InputDataError, match="--tokenizer"):
+    with FakeSGLang(model_id=str(tokenizer_dir)) as server:  # a server naming a real folder is not believed
+        with pytest.raises(ConfigError, match="--model-dir"):
             bench(server, {"s1": data}, None)
+        assert server.generate_bodies == [] and server.flushes == 0
+        assert bench(server, {"s1": data}, tokenizer_dir)["tiers"]["s1"]["completed"] == 2
 
 
 def test_malformed_speed_file_fails_before_any_request(tmp_path, tokenizer_dir):

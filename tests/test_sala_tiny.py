@@ -82,9 +82,10 @@ def test_every_tokenizer_loader_gives_the_same_tokens(tiny_model_dir, tmp_path):
 
     text = "the needle is in the seventh castle"
     ids = load_tokenizer(tiny_model_dir).encode(text)
-    # the bench asks for remote code first (as bench_serving does); the tiny model's placeholder refuses, and the
-    # same tokenizer files load without it
+    # the bench reads the tokenizer files as data unless asked for remote code (--trust-remote-code, as
+    # bench_serving); asked, the tiny model's placeholder refuses, and the same files load without it
     assert bench_loader(tiny_model_dir).encode(text) == ids
+    assert bench_loader(tiny_model_dir, trust_remote_code=True).encode(text) == ids
     import pytest
 
     (tmp_path / "empty").mkdir()

@@ -2,16 +2,22 @@
 
 Request bodies copy `eval_model.py` (chat completions) and `sglang.bench_serving --backend sglang` (`/generate`),
 so a server sees locally what it will see on the platform.
+
+A reply is the peer's to choose, so every size in it is bounded here: a body, a stream line, an error text, a model
+id, and every token count (at most what the request asked). Time is bounded three ways: the client's timeout per
+read, `stall_s` of silence once a reply has started, and `deadline_s` for the whole request (None: none; a server
+trickling a byte a second passes the first two).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, List, Optional, TypeVar
 
+import anyio
 import httpx
 
 from soarpack.errors import ConfigError, SoarpackError
@@ -30,16 +36,102 @@ class StallError(Exception):
 
 T = TypeVar("T")
 
+MAX_REPLY_BYTES = 64 << 20  # a chat completion of 65536 tokens, every character \u-escaped, is far less
+MAX_LINE_BYTES = 16 << 20  # one streamed `data:` line (its text is cumulative)
+MAX_ERROR_BYTES = 4096  # of a failed reply's body: 200 characters of it are shown
+MAX_MODELS_BYTES = 1 << 20  # the /v1/models answer
+MAX_MODEL_ID_CHARS = 4096
+MAX_PROMPT_TOKENS = 1 << 24  # a claimed prompt length above any context window is not recorded as given
+
+
+class ReplyTooLarge(Exception):
+    """A reply, or one line of a stream, is larger than we accept from a peer."""
+
+    def __init__(self, what: str, limit: int):
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+        super().__init__(f"{what} larger than {size}")
+
+
+class DeadlineError(Exception):
+    """The whole request took longer than `deadline_s`."""
+
+    def __init__(self, deadline_s: float):
+        super().__init__(f"deadline: no complete reply within {deadline_s:g} s")
+
+
+def claimed_count(value, cap: int) -> Optional[int]:
+    """A token count a peer claims, as a count in [0, cap]; None when it is no integer at all."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return min(max(value, 0), cap)
+
+
+def _chunk_count(value, cap: int) -> int:
+    """A stream chunk's `completion_tokens` (an int, or what int() reads), capped at `cap`."""
+    if isinstance(value, str) and len(value) > 20:  # int() of a huge digit string is slow on some Pythons
+        raise ValueError("completion_tokens is not a count")
+    return min(max(int(value), 0), cap)
+
+
+async def read_bounded(chunks: AsyncIterator[bytes], limit: int, what: str) -> bytes:
+    """The concatenated chunks, refusing more than `limit` bytes."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise ReplyTooLarge(what, limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def bounded_lines(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[str]:
+    """The lines of a byte stream (decoded as UTF-8), refusing a line longer than `limit` bytes."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if len(line) > limit:
+                raise ReplyTooLarge("a stream line", limit)
+            yield line.decode("utf-8", "replace")
+        if len(pending) > limit:
+            raise ReplyTooLarge("a stream line", limit)
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+def check_deadline(deadline_s: Optional[float]) -> None:
+    """Refuse a --deadline that is not a positive number of seconds (None: no overall limit)."""
+    if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise ConfigError(f"--deadline {deadline_s:g} must be a positive number of seconds",
+                          "leave it out for no limit on a whole request")
+
+
+async def within_deadline(coro, deadline_s: Optional[float]):
+    """Await `coro`, raising DeadlineError after `deadline_s` seconds (None: no limit).
+
+    An anyio cancel scope, not asyncio.wait_for: httpx reads inside anyio scopes of its own, which at times
+    swallowed wait_for's cancellation (a trickling reply then ran to its end)."""
+    if deadline_s is None:
+        return await coro
+    try:
+        with anyio.fail_after(deadline_s):
+            return await coro
+    except TimeoutError:
+        raise DeadlineError(deadline_s) from None
+
 
 async def within_stall(chunks: AsyncIterator[T], stall_s: Optional[float]) -> AsyncIterator[T]:
-    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit)."""
+    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit).
+    The wait is an anyio cancel scope, as in within_deadline."""
     iterator = chunks.__aiter__()
     while True:
         try:
-            item = await asyncio.wait_for(iterator.__anext__(), stall_s)
+            with anyio.fail_after(stall_s):  # None: no limit
+                item = await iterator.__anext__()
         except StopAsyncIteration:
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StallError(stall_s) from None
         yield item
 
@@ -67,16 +159,23 @@ async def model_id(client: httpx.AsyncClient) -> str:
 async def served_model(client: httpx.AsyncClient) -> dict:
     """{id, root} of the first model `/v1/models` lists; SGLang's `root` is the model path it loaded (or None)."""
     try:
-        response = await client.get("/v1/models", timeout=30)
+        async with client.stream("GET", "/v1/models", timeout=30) as response:
+            body = await read_bounded(response.aiter_bytes(), MAX_MODELS_BYTES, "the /v1/models answer")
         response.raise_for_status()
-        first = response.json()["data"][0]
+        first = json.loads(body)["data"][0]
         root = first.get("root")
-        return {"id": str(first["id"]), "root": str(root) if root is not None else None}
+        model = {"id": str(first["id"]), "root": str(root) if root is not None else None}
     except httpx.HTTPError as exc:
         raise ServerError(f"no answer from {client.base_url}/v1/models ({exc.__class__.__name__}: {exc})",
                           "start the server first, or check --api-base") from None
-    except (KeyError, IndexError, TypeError, ValueError):
+    except ReplyTooLarge as exc:
+        raise ServerError(f"{client.base_url}/v1/models: {exc}", "is this an SGLang server?") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         raise ServerError(f"{client.base_url}/v1/models lists no model", "is this an SGLang server?") from None
+    if any(len(v or "") > MAX_MODEL_ID_CHARS for v in model.values()):
+        raise ServerError(f"{client.base_url}/v1/models names a model id or path longer than {MAX_MODEL_ID_CHARS} "
+                          "characters", "is this an SGLang server?")
+    return model
 
 
 @dataclass
@@ -89,11 +188,13 @@ class ChatResult:
 
 
 async def chat_completion(client: httpx.AsyncClient, model: str, question: str, max_tokens: int, stop: List[str],
-                          stall_s: Optional[float] = None) -> ChatResult:
-    """One eval request; any failure (timeout, stall, HTTP error, bad body) comes back as `error`, never raised.
+                          stall_s: Optional[float] = None, deadline_s: Optional[float] = None) -> ChatResult:
+    """One eval request; any failure (timeout, stall, deadline, HTTP error, bad or oversized body) comes back as
+    `error`, never raised.
 
     `stall_s` bounds the silence once the reply has started (a body shorter than its Content-Length); the wait
-    for the reply to start is the client's timeout, since a non-streamed answer starts only when it is complete."""
+    for the reply to start is the client's timeout, since a non-streamed answer starts only when it is complete.
+    `deadline_s` bounds the whole request. The usage counts are capped: completion tokens at `max_tokens`."""
     payload = {
         "model": model,
         "messages": [{"role": "user", "content": question}],
@@ -102,19 +203,33 @@ async def chat_completion(client: httpx.AsyncClient, model: str, question: str, 
         "stop": stop,
     }
     start = time.perf_counter()
-    try:
+
+    async def ask() -> tuple:
         async with client.stream("POST", "/v1/chat/completions", json=payload) as response:
-            raw = b"".join([chunk async for chunk in within_stall(response.aiter_bytes(), stall_s)])
-        if response.status_code != 200:
+            limit = MAX_REPLY_BYTES if response.status_code == 200 else MAX_ERROR_BYTES
+            try:
+                raw = await read_bounded(within_stall(response.aiter_bytes(), stall_s), limit, "the reply")
+            except ReplyTooLarge:
+                if response.status_code == 200:
+                    raise
+                raw = b"(an error body larger than 4 KiB)"
+        return response.status_code, raw
+
+    try:
+        status, raw = await within_deadline(ask(), deadline_s)
+        if status != 200:
             return ChatResult(None, None, None, time.perf_counter() - start,
-                              f"HTTP {response.status_code}: {raw[:200].decode('utf-8', 'replace')}")
+                              f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
         body = json.loads(raw)
         content = body["choices"][0]["message"]["content"]
         if content is not None and not isinstance(content, str):
             raise TypeError(f"content is {type(content).__name__}, not a string")
         usage = body.get("usage") or {}
-        return ChatResult(content, usage.get("prompt_tokens"), usage.get("completion_tokens"), time.perf_counter() - start, None)
-    except StallError as exc:
+        if not isinstance(usage, dict):
+            raise TypeError(f"usage is {type(usage).__name__}, not an object")
+        return ChatResult(content, claimed_count(usage.get("prompt_tokens"), MAX_PROMPT_TOKENS),
+                          claimed_count(usage.get("completion_tokens"), max_tokens), time.perf_counter() - start, None)
+    except (StallError, DeadlineError, ReplyTooLarge) as exc:
         error = str(exc)
     except httpx.TimeoutException as exc:
         error = f"timeout ({exc.__class__.__name__})"
@@ -140,9 +255,10 @@ class StreamResult:
 
 
 async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens: int,
-                          stall_s: Optional[float] = None) -> StreamResult:
+                          stall_s: Optional[float] = None, deadline_s: Optional[float] = None) -> StreamResult:
     """POST /generate streaming; TTFT at the first chunk with text, ITL spread over the tokens each chunk adds.
-    A stream silent for `stall_s` seconds (None: no limit) fails the request."""
+    A stream silent for `stall_s` seconds, or not done within `deadline_s` (None: no limit), fails the request.
+    A chunk's `completion_tokens` is capped at `max_new_tokens`: a peer's claim never sizes our memory."""
     payload = {
         "text": prompt,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
@@ -153,15 +269,19 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
     result = StreamResult(output_tokens=0)
     start = time.perf_counter()
     result.start_s = start
-    last_time = start
-    last_tokens = 0
-    try:
+
+    async def stream() -> None:
+        last_time = start
+        last_tokens = 0
         async with client.stream("POST", "/generate", json=payload) as response:
             if response.status_code != 200:
-                body = (await response.aread()).decode("utf-8", "replace")
-                result.error = f"HTTP {response.status_code}: {body[:200]}"
-                return result
-            async for line in within_stall(response.aiter_lines(), stall_s):
+                try:
+                    body = await read_bounded(response.aiter_bytes(), MAX_ERROR_BYTES, "the error body")
+                except ReplyTooLarge:
+                    body = b"(an error body larger than 4 KiB)"
+                result.error = f"HTTP {response.status_code}: {body.decode('utf-8', 'replace')[:200]}"
+                return
+            async for line in within_stall(bounded_lines(response.aiter_bytes(), MAX_LINE_BYTES), stall_s):
                 line = line.strip()
                 if not line:
                     continue
@@ -172,24 +292,27 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
                 if not data.get("text"):
                     continue
                 now = time.perf_counter()
-                tokens = int(data["meta_info"]["completion_tokens"])
+                tokens = _chunk_count(data["meta_info"]["completion_tokens"], max_new_tokens)
                 if result.ttft_s == 0.0:
                     result.ttft_s = now - start
                 else:
                     new = tokens - last_tokens
-                    if new == 0:
+                    if new <= 0:
                         continue
                     result.itl_s.extend([(now - last_time) / new] * new)
                 last_time, last_tokens = now, tokens
         result.output_tokens = last_tokens
         result.success = True
-    except StallError as exc:
+
+    try:
+        await within_deadline(stream(), deadline_s)
+    except (StallError, DeadlineError, ReplyTooLarge) as exc:
         result.error = str(exc)
     except httpx.TimeoutException as exc:
         result.error = f"timeout ({exc.__class__.__name__})"
     except httpx.HTTPError as exc:
         result.error = f"{exc.__class__.__name__}: {exc}"
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         result.error = f"malformed stream ({exc.__class__.__name__}: {exc})"
     finally:
         result.end_s = time.perf_counter()

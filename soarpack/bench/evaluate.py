@@ -45,12 +45,14 @@ class EvalConfig:
     data: Path
     output: Optional[Path] = None
     model_dir: Optional[Path] = None
+    trust_remote_code: bool = False  # run model_dir's tokenizer code for the stop strings (--trust-remote-code)
     concurrency: int = 32
     num_samples: Optional[int] = None
     timeout_s: float = PLATFORM_TIMEOUT_S
     max_tokens: int = PLATFORM_MAX_TOKENS
     save_every_s: float = 2.0
     stall_s: float = DEFAULT_STALL_S
+    deadline_s: Optional[float] = None  # the whole request at most (--deadline); off, as on the platform
     retries: int = 0
     resume: bool = False  # keep an existing output's rows although its server or model differ
     force: bool = False  # start over; the existing output is kept beside as NAME.old-N.json
@@ -61,6 +63,7 @@ class EvalConfig:
 def check_eval_config(cfg: EvalConfig) -> None:
     """Refuse settings that would send nonsense, before anything is read or sent."""
     http.check_api_base(cfg.api_base)
+    http.check_deadline(cfg.deadline_s)
     if cfg.resume and cfg.force:
         raise ConfigError("--resume and --force contradict each other", "--resume keeps the rows, --force starts over")
     for flag, value in (("--timeout", cfg.timeout_s), ("--stall-timeout", cfg.stall_s)):
@@ -190,7 +193,7 @@ async def _ask(client, model: str, question: str, cfg: EvalConfig, stop: List[st
     """(result, error of the first attempt, attempts): up to 1 + cfg.retries attempts while they fail."""
     first_error = None
     for attempt in range(1, cfg.retries + 2):
-        result = await http.chat_completion(client, model, question, cfg.max_tokens, stop, cfg.stall_s)
+        result = await http.chat_completion(client, model, question, cfg.max_tokens, stop, cfg.stall_s, cfg.deadline_s)
         if attempt == 1:
             first_error = result.error
         if result.error is None:
@@ -213,7 +216,7 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
     if cfg.model_dir is not None:
         from soarpack.bench.tokenizer import stop_strings
 
-        stop = stop_strings(cfg.model_dir)
+        stop = stop_strings(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
     header = {"kind": EVAL_KIND, "version": 2, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
               "num_samples": cfg.num_samples, "retries": cfg.retries}

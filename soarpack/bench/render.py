@@ -9,13 +9,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from soarpack.printable import printable
+
 
 def eval_table(report: dict) -> Table:
     table = Table(title=f"eval: {report['scored']}/{report['total']} rows scored")
     for col in ("task", "rows", "score sum", "accuracy"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for task, bucket in report["per_task"].items():
-        table.add_row(task, str(bucket["count"]), f"{bucket['score_sum']:.2f}", f"{bucket['accuracy']:.2f}")
+        table.add_row(printable(task), str(bucket["count"]), f"{bucket['score_sum']:.2f}", f"{bucket['accuracy']:.2f}")
     return table
 
 
@@ -29,13 +31,14 @@ def print_eval(console: Console, report: dict) -> None:
                       f"ori_accuracy {first['ori_accuracy']:.2f}   overall_accuracy {first['overall_accuracy']:.2f}   "
                       f"C {first['c_factor']:g}", highlight=False)
     for err in report["errors"][:20]:
-        console.print(Text.assemble((f"row {err['index']} ({err['task']}) scored 0:", "red"), " ", err["error"]), highlight=False)
+        console.print(Text.assemble((f"row {err['index']} ({printable(err['task'])}) scored 0:", "red"), " ",
+                                    printable(err["error"])), highlight=False)
     if len(report["errors"]) > 20:
         console.print(f"[red]... and {len(report['errors']) - 20} more errors (see the JSON)[/]")
 
 
 def print_bench(console: Console, report: dict) -> None:
-    table = Table(title=f"bench against {escape(report['api_base'])}")
+    table = Table(title=f"bench against {escape(printable(report['api_base']))}")
     for col in ("tier", "conc", "req", "fail", "short", "duration s", "TTFT ms p50/p99", "ITL ms p50/p99", "out tok/s"):
         table.add_column(col, justify="right")
     for name, tier in report["tiers"].items():

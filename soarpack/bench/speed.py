@@ -82,7 +82,8 @@ def prepare_requests(pairs: Sequence[Tuple[str, str]], count: Callable[[str], in
 class BenchConfig:
     api_base: str
     tiers: Dict[str, Path]  # tier name (s1, s8, smax) → JSONL; absent tiers are skipped as on the platform
-    tokenizer_dir: Optional[Path] = None
+    tokenizer_dir: Optional[Path] = None  # required: the user's --model-dir (a server's model id is never opened)
+    trust_remote_code: bool = False  # run the tokenizer folder's own code (--trust-remote-code)
     output: Optional[Path] = None
     seed: int = 1
     num_prompts: Optional[int] = None
@@ -91,6 +92,8 @@ class BenchConfig:
     settle_s: float = 1.0
     timeout_s: float = BENCH_SERVING_TIMEOUT_S
     stall_s: float = DEFAULT_STALL_S
+    # bench_serving's aiohttp session has a total timeout per request: the default deadline is the same 6 h.
+    deadline_s: Optional[float] = BENCH_SERVING_TIMEOUT_S
     concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
     label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
     bundle: Optional[Dict[str, Any]] = None  # `soarpack inspect` of the bundle whose checkpoint the server runs
@@ -124,13 +127,14 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
 
 async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[int], *, warmup: bool = True,
                    flush_cache: bool = True, settle_s: float = 1.0, stall_s: Optional[float] = None,
-                   on_done: Optional[Callable[[int, int], None]] = None) -> dict:
+                   deadline_s: Optional[float] = None, on_done: Optional[Callable[[int, int], None]] = None) -> dict:
     """Warm up, flush, then the timed run; returns the tier's metrics."""
     if not requests:
         raise InputDataError("no request is left after dropping rows under 2 tokens", "check the speed data file")
     if warmup:
         first = requests[0]
-        test = await http.stream_generate(client, first.prompt, min(first.output_len, WARMUP_MAX_NEW_TOKENS), stall_s)
+        test = await http.stream_generate(client, first.prompt, min(first.output_len, WARMUP_MAX_NEW_TOKENS), stall_s,
+                                         deadline_s)
         if not test.success:
             raise SoarpackError(f"the warm-up request failed ({test.error})", "check the server log and --api-base")
     if flush_cache:
@@ -142,10 +146,10 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
 
     async def one(req: SpeedRequest) -> http.StreamResult:
         if gate is None:
-            result = await http.stream_generate(client, req.prompt, req.output_len, stall_s)
+            result = await http.stream_generate(client, req.prompt, req.output_len, stall_s, deadline_s)
         else:
             async with gate:
-                result = await http.stream_generate(client, req.prompt, req.output_len, stall_s)
+                result = await http.stream_generate(client, req.prompt, req.output_len, stall_s, deadline_s)
         finished[0] += 1
         if on_done is not None:
             on_done(finished[0], len(requests))
@@ -157,17 +161,10 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
     return {"concurrency": concurrency, **tier_metrics(list(results), requests, duration)}
 
 
-def _token_counter(cfg: BenchConfig, served_model: str) -> Callable[[str], int]:
+def _token_counter(cfg: BenchConfig) -> Callable[[str], int]:
     from soarpack.bench.tokenizer import count_tokens, load_tokenizer
 
-    directory = cfg.tokenizer_dir
-    if directory is None:
-        # bench_serving falls back to the served model id, which SGLang sets to the model path.
-        if not Path(served_model).is_dir():
-            raise InputDataError(f"no --tokenizer given and the served model id {served_model!r} is not a local directory",
-                                 "pass --tokenizer with the served model's directory")
-        directory = Path(served_model)
-    tokenizer = load_tokenizer(directory)
+    tokenizer = load_tokenizer(cfg.tokenizer_dir, trust_remote_code=cfg.trust_remote_code)
     return lambda text: count_tokens(tokenizer, text)
 
 
@@ -178,6 +175,12 @@ def partial_path(output: Path) -> Path:
 
 def check_bench_config(cfg: BenchConfig) -> None:
     http.check_api_base(cfg.api_base)
+    http.check_deadline(cfg.deadline_s)
+    if cfg.tokenizer_dir is None:
+        # bench_serving falls back to the served model id; a server must not choose which folder's code runs here.
+        raise ConfigError("bench needs --model-dir: the served model's folder, whose tokenizer counts the lengths",
+                          "pass --model-dir with the checkpoint the server runs (the server's model id is never "
+                          "opened as a folder)")
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
@@ -198,7 +201,7 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
     # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
     async with http.make_client(api_base, None, cfg.timeout_s) as client:
         served = await http.served_model(client)
-        count = _token_counter(cfg, served["id"])
+        count = _token_counter(cfg)
         prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.num_prompts) for name in pairs}
         report["model"] = served["id"]
         report["measured"] = {**bundle_measured, "served_model": served}
@@ -209,7 +212,8 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
             concurrency = cfg.concurrency_override.get(name, TIER_CONCURRENCY[name])
             progress = (lambda done, total, _name=name: on_event(_name, done, total)) if on_event else None
             tier = await run_tier(client, prepared[name], concurrency, warmup=cfg.warmup, flush_cache=cfg.flush_cache,
-                                  settle_s=cfg.settle_s, stall_s=cfg.stall_s, on_done=progress)
+                                  settle_s=cfg.settle_s, stall_s=cfg.stall_s, deadline_s=cfg.deadline_s,
+                                  on_done=progress)
             report["tiers"][name] = {"data": str(cfg.tiers[name]), **tier}
             if cfg.output is not None:
                 atomic_write_json(partial_path(cfg.output), report)

@@ -9,15 +9,21 @@ from typing import List
 from soarpack.errors import InputDataError
 
 
-def load_tokenizer(path: str | Path):
-    """The served model's tokenizer as SGLang's bench_serving loads it (AutoTokenizer, trust_remote_code=True);
-    when the directory's remote code cannot be imported here, the same tokenizer files without it."""
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False):
+    """The tokenizer of a model folder the user named (never one a server named: its id is only a string).
+
+    Its own code (`tokenization_*.py` behind an `auto_map`) runs only with `trust_remote_code`, the user's explicit
+    `--trust-remote-code`, as SGLang's bench_serving loads it; when that code cannot be imported here, the same
+    tokenizer files are loaded without it. Without the flag the files are read as data (tokenizer.json or
+    tokenizer.model, tokenizer_config.json)."""
     from soarpack.sala.tokenizer import load_tokenizer as load_from_dir
 
-    try:
-        return load_from_dir(path, trust_remote_code=True)
-    except InputDataError:
-        return load_from_dir(path, trust_remote_code=False)
+    if trust_remote_code:
+        try:
+            return load_from_dir(path, trust_remote_code=True)
+        except InputDataError:
+            pass
+    return load_from_dir(path, trust_remote_code=False)
 
 
 def count_tokens(tokenizer, text: str) -> int:
@@ -25,10 +31,10 @@ def count_tokens(tokenizer, text: str) -> int:
     return len(tokenizer.encode(text))
 
 
-def stop_strings(model_dir: str | Path, tokenizer=None) -> List[str]:
+def stop_strings(model_dir: str | Path, tokenizer=None, *, trust_remote_code: bool = False) -> List[str]:
     """eval_model.py's `stop`: each generation_config eos id decoded, plus the tokenizer's eos token, deduplicated."""
     model_dir = Path(model_dir)
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_dir)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
     words: List[str] = []
     gen_path = model_dir / "generation_config.json"
     if gen_path.is_file():

@@ -1,8 +1,15 @@
 """Refuse to ship anything that looks like a credential: the bundle is uploaded to a third party.
 
-Every byte of every file is scanned (in overlapping blocks, whatever its size or suffix), and archives (wheels,
-zips) are opened and their members scanned too, by name and content. The one exception is a wheel whose sha256
-is pinned in the platform lock: it is the published artifact, and third-party test fixtures inside it are not ours.
+One scanner sees every member of the bundle: every byte of every file (in overlapping blocks, whatever its size
+or suffix), and every member of an archive (wheels, zips: `.pth`, METADATA, RECORD included), by name and content.
+Each block is searched three ways:
+- the raw bytes, with token patterns whose left edge also holds after a backslash escape (`\\n`, `\\t`, `\\u00e9`):
+  in JSON a newline is the two characters `\\n`, so a token that starts a line follows the letter `n`;
+- the strings of JSON and JSONL content (by suffix, or content that starts with `{`/`[`), decoded, so a token
+  written with `\\uXXXX` escapes or an `aws_secret_access_key` behind escaped quotes is seen as it reads;
+- base64 runs, decoded: a PEM private key, an OpenSSH or DER private key, or a token, encoded, is caught.
+The one exception is a wheel whose sha256 is pinned in the platform lock: it is the published artifact, and
+third-party test fixtures inside it are not ours.
 
 The rules are hand-written, not a maintained rule set such as detect-secrets: the scan must run in `soarpack check`
 with no extra installed, over binary files and archive members (detect-secrets reads text lines), and its keyword
@@ -11,7 +18,10 @@ and entropy plugins flag hashes and ids that calibration text and source trees a
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
+import io
 import re
 import zipfile
 from pathlib import Path
@@ -31,21 +41,57 @@ FORBIDDEN_IN_FOLDER = {"huggingface": ("token", "stored_tokens")}
 _PACKED_PREFIX = re.compile(r"^\d+-")
 
 _HF_SHORT = rb"hf_(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]{10,29}"
+_QUOTE = rb"(?:\\?[\"'])?"  # a quote, or an escaped one inside a JSON string
+_WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_HEX = frozenset(b"0123456789ABCDEFabcdef")
+
+
+def _starts_a_token(data: bytes, at: int) -> bool:
+    """Whether a token may start at `at`: not inside a word (as `\\b`), but also right after a backslash escape,
+    whose last character is a letter or hex digit: `\\n`, `\\t` (JSON, Python), `\\u00e9`, `\\x0a`."""
+    if at == 0 or data[at - 1] not in _WORD:
+        return True
+    if at >= 2 and data[at - 2] == 0x5C and data[at - 1] in b"nrtbfv0":
+        return True
+    if at >= 6 and data[at - 6:at - 4] == b"\\u" and all(c in _HEX for c in data[at - 4:at]):
+        return True
+    return at >= 4 and data[at - 4:at - 2] == b"\\x" and all(c in _HEX for c in data[at - 2:at])
+
+
+class _Token:
+    """A token format with a recognizable prefix; `search` is true where a match starts a token. The left edge
+    is checked per match (a lookbehind in front of the prefix would make every search several times slower)."""
+
+    def __init__(self, pattern: bytes):
+        self.pattern = re.compile(pattern)
+
+    def search(self, data: bytes) -> bool:
+        return any(_starts_a_token(data, m.start()) for m in self.pattern.finditer(data))
+
+
 # Content patterns: token formats with a recognizable prefix, PEM/PGP private keys, and an AWS secret key only
 # beside its name (40 base64 characters alone are as often a sha1).
 SECRET_PATTERNS = [
     ("a private key", re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
-    ("a Hugging Face token", re.compile(rb"\b(?:hf_[A-Za-z0-9]{30,}|" + _HF_SHORT + rb")\b")),
-    ("a GitHub token", re.compile(rb"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
-    ("a GitLab token", re.compile(rb"\bglpat-[A-Za-z0-9_-]{20,}")),
-    ("a Google API key", re.compile(rb"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])")),
-    ("an AWS access key", re.compile(rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a Hugging Face token", _Token(rb"(?:hf_[A-Za-z0-9]{30,}|" + _HF_SHORT + rb")\b")),
+    ("a GitHub token", _Token(rb"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b")),
+    ("a GitLab token", _Token(rb"glpat-[A-Za-z0-9_-]{20,}")),
+    ("a Google API key", _Token(rb"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])")),
+    ("an AWS access key", _Token(rb"(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     ("an AWS secret access key",
-     re.compile(rb"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")),
-    ("an OpenAI-style API key", re.compile(rb"\bsk-(?:proj-)?[A-Za-z0-9_-]{32,}\b")),
-    ("a Slack token", re.compile(rb"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
-    ("a PyPI token", re.compile(rb"\bpypi-[A-Za-z0-9_-]{50,}\b")),
+     re.compile(rb"(?i)aws_?secret_?(?:access_?)?key" + _QUOTE + rb"\s*[:=]\s*" + _QUOTE
+                + rb"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")),
+    ("an OpenAI-style API key", _Token(rb"sk-(?:proj-)?[A-Za-z0-9_-]{32,}\b")),
+    ("a Slack token", _Token(rb"xox[abprs]-[A-Za-z0-9-]{10,}\b")),
+    ("a PyPI token", _Token(rb"pypi-[A-Za-z0-9_-]{50,}\b")),
 ]
+
+# A base64 run long enough to hold a PEM header or a key (standard or URL-safe alphabet); each is decoded at the
+# four alignments (its first characters may belong to something else, e.g. the `n` of a `\n` before it).
+_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{40}[A-Za-z0-9+/_-]*")
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
+BASE64_DECODE_CHARS = 1 << 20  # of one run: a key is at its start, a secret deeper in a 1 MiB blob is still seen
+OPENSSH_MAGIC = b"openssh-key-v1\0"
 
 BLOCK_BYTES = 1 << 20
 # Longer than any match the patterns need, so a secret cut by a block edge is whole in the next block.
@@ -53,6 +99,9 @@ OVERLAP_BYTES = 4096
 ARCHIVE_SUFFIXES = (".whl", ".zip")
 MAX_ARCHIVE_DEPTH = 3
 ZIP_MAGIC = b"PK\x03\x04"
+JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
+# A JSON document up to this size is decoded whole; a larger one line by line (JSONL).
+JSON_WHOLE_BYTES = 64 << 20
 
 
 class CredentialError(SoarpackError):
@@ -62,6 +111,151 @@ class CredentialError(SoarpackError):
 def _refuse(name: str, problem: str) -> CredentialError:
     return CredentialError(f"refusing to bundle {name}: it {problem}",
                            "remove the file (or the secret from it) from the inputs and build again")
+
+
+def _b64decode(run: bytes) -> bytes:
+    run = run[: len(run) - len(run) % 4].translate(_URLSAFE)
+    try:
+        return base64.b64decode(run)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _der_sequence_body(data: bytes) -> Optional[int]:
+    """Offset past a DER SEQUENCE header (tag 0x30 and its length), or None."""
+    if len(data) < 8 or data[0] != 0x30:
+        return None
+    first = data[1]
+    if first < 0x80:
+        return 2
+    if first in (0x81, 0x82, 0x83):
+        return 2 + (first - 0x80)
+    return None
+
+
+def _is_private_key_blob(data: bytes) -> bool:
+    """An OpenSSH private key, or a DER private key (PKCS#1 RSA, PKCS#8, SEC1 EC): a SEQUENCE whose first member is
+    the version INTEGER 0 followed by a SEQUENCE or INTEGER, or version 1 followed by an OCTET STRING (EC).
+    A certificate or public key starts with a SEQUENCE inside the SEQUENCE, never with a version number."""
+    if data.startswith(OPENSSH_MAGIC):
+        return True
+    at = _der_sequence_body(data)
+    if at is None:
+        return False
+    head = data[at:at + 4]
+    return (head[:3] == b"\x02\x01\x00" and head[3:4] in (b"\x30", b"\x02")) or head == b"\x02\x01\x01\x04"
+
+
+def _find_encoded_secret(data: bytes) -> Optional[str]:
+    for match in _BASE64_RUN.finditer(data):
+        run = match.group()[:BASE64_DECODE_CHARS]
+        for offset in range(4):
+            decoded = _b64decode(run[offset:])
+            if not decoded:
+                continue
+            if _is_private_key_blob(decoded):
+                return "a private key (base64-encoded)"
+            what = find_secret(decoded, decode_base64=False)
+            if what:
+                return f"{what} (base64-encoded)"
+    return None
+
+
+def find_secret(data: bytes, *, decode_base64: bool = True) -> Optional[str]:
+    """What credential `data` looks like it holds, or None: the patterns, then its base64 runs decoded."""
+    for what, pattern in SECRET_PATTERNS:
+        if pattern.search(data):
+            return what
+    return _find_encoded_secret(data) if decode_base64 else None
+
+
+def find_secret_in_stream(fh: BinaryIO) -> Optional[str]:
+    """find_secret over a whole stream of any size, in blocks that overlap by OVERLAP_BYTES."""
+    tail = b""
+    while True:
+        block = fh.read(BLOCK_BYTES)
+        if not block:
+            return None
+        what = find_secret(tail + block)
+        if what:
+            return what
+        tail = (tail + block)[-OVERLAP_BYTES:]
+
+
+def _strings(doc) -> Iterable[str]:
+    """Every string of a decoded JSON document, keys included (iterative: nesting depth is the peer's choice)."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _secret_in_document(text: bytes) -> Optional[str]:
+    import json
+
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    joined = "\n".join(_strings(doc)).encode("utf-8", "surrogatepass")
+    return find_secret_in_stream(io.BytesIO(joined))
+
+
+def find_secret_in_json(fh: BinaryIO) -> Optional[str]:
+    """find_secret over the decoded strings of a JSON document, or of each line of JSONL (lines that are not JSON
+    are skipped: their raw bytes are scanned anyway)."""
+    head = fh.read(JSON_WHOLE_BYTES + 1)
+    if len(head) <= JSON_WHOLE_BYTES:
+        what = _secret_in_document(head)
+        if what:
+            return what
+        lines: Iterable[bytes] = head.split(b"\n")
+    else:
+        lines = _lines_after(head, fh)
+    for line in lines:
+        if line.strip():
+            what = _secret_in_document(line)
+            if what:
+                return what
+    return None
+
+
+def _lines_after(head: bytes, fh: BinaryIO) -> Iterable[bytes]:
+    """The lines of `head` followed by the rest of `fh`, one line at a time."""
+    pending = head
+    while True:
+        *whole, pending = pending.split(b"\n")
+        yield from whole
+        more = fh.read(BLOCK_BYTES)
+        if not more:
+            yield pending
+            return
+        pending += more
+
+
+def _is_json_like(name: str, first: bytes) -> bool:
+    return name.lower().endswith(JSON_SUFFIXES) or first.lstrip()[:1] in (b"{", b"[")
+
+
+def _scan_content(open_fh, name: str, display: str) -> None:
+    """Raw bytes, then (JSON content) decoded strings, of one file or member; `open_fh()` opens it afresh."""
+    with open_fh() as fh:
+        what = find_secret_in_stream(fh)
+    if what:
+        raise _refuse(display, f"contains what looks like {what}")
+    with open_fh() as fh:
+        json_like = _is_json_like(name, fh.read(256))
+    if json_like:
+        with open_fh() as fh:
+            what = find_secret_in_json(fh)
+        if what:
+            raise _refuse(display, f"contains what looks like {what} in a JSON string")
 
 
 def name_problem(rel: str | Path) -> Optional[str]:
@@ -76,26 +270,6 @@ def name_problem(rel: str | Path) -> Optional[str]:
             if i > 0 and name in FORBIDDEN_IN_FOLDER.get(parts[i - 1], ()):
                 return f"is a {parts[i - 1]} login token file"
     return None
-
-
-def find_secret(data: bytes) -> Optional[str]:
-    for what, pattern in SECRET_PATTERNS:
-        if pattern.search(data):
-            return what
-    return None
-
-
-def find_secret_in_stream(fh: BinaryIO) -> Optional[str]:
-    """find_secret over a whole stream of any size, in blocks that overlap by OVERLAP_BYTES."""
-    tail = b""
-    while True:
-        block = fh.read(BLOCK_BYTES)
-        if not block:
-            return None
-        what = find_secret(tail + block)
-        if what:
-            return what
-        tail = (tail + block)[-OVERLAP_BYTES:]
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,10 +294,7 @@ def _scan_archive(zf: zipfile.ZipFile, display: str, depth: int) -> None:
             raise _refuse(member, problem)
         if info.is_dir():
             continue
-        with zf.open(info) as fh:
-            what = find_secret_in_stream(fh)
-        if what:
-            raise _refuse(member, f"contains what looks like {what}")
+        _scan_content(lambda: zf.open(info), info.filename, member)
         if depth < MAX_ARCHIVE_DEPTH and info.filename.endswith(ARCHIVE_SUFFIXES):
             with zf.open(info) as fh, zipfile.ZipFile(fh) as inner:
                 _scan_archive(inner, member, depth + 1)
@@ -147,10 +318,7 @@ def scan_file(path: str | Path, display: Optional[str] = None) -> None:
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise CredentialError(f"cannot open the archive {display} to scan it ({exc})",
                                   "ship only archives that unzip cleanly") from None
-    with open(path, "rb") as fh:
-        what = find_secret_in_stream(fh)
-    if what:
-        raise _refuse(display, f"contains what looks like {what}")
+    _scan_content(lambda: open(path, "rb"), path.name, display)
 
 
 def check_input_names(paths: Iterable[str | Path]) -> None:

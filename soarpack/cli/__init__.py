@@ -12,6 +12,7 @@ from rich.text import Text
 
 from soarpack import __version__
 from soarpack.errors import ConfigError, SoarpackError
+from soarpack.printable import printable
 
 
 class UsageError(ConfigError):
@@ -70,9 +71,10 @@ def fail(exc: SoarpackError) -> "typer.Exit":
     """Print a SoarpackError as one cause line plus a hint; return the Exit to raise."""
     # Messages quote user text (paths, keys, `[table]` names): Text keeps their brackets out of rich's markup.
     # soft_wrap: one logical line stays one line (a path is never broken), the terminal wraps it if it must.
-    err_console.print(Text.assemble(("error:", "bold red"), " ", exc.message), highlight=False, soft_wrap=True)
+    # printable: a quoted file name or server reply cannot send the terminal an escape sequence.
+    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(exc.message)), highlight=False, soft_wrap=True)
     if exc.hint:
-        err_console.print(Text.assemble(("hint:", "yellow"), " ", exc.hint), highlight=False, soft_wrap=True)
+        err_console.print(Text.assemble(("hint:", "yellow"), " ", printable(exc.hint)), highlight=False, soft_wrap=True)
     return typer.Exit(exc.exit_code)
 
 

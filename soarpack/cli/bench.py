@@ -17,10 +17,13 @@ import typer
 
 from soarpack.cli import command, err_console, renamed, required
 from soarpack.errors import SoarpackError
+from soarpack.printable import printable
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
 _BUNDLE_HELP = "The bundle the server's checkpoint came from: its sha256, profile and recipe are recorded."
+_TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py), as the platform's bench_serving "
+               "does; only for a folder you trust. Off: its files are read as data.")
 
 
 def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
@@ -52,7 +55,7 @@ def _table_console(as_json: bool):
 
 
 def _say(message: str) -> None:
-    err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+    err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -91,6 +94,7 @@ def eval_cmd(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
                                              help="Served model dir: stop strings come from its generation config "
                                                   "and tokenizer, as on the platform."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
     rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
     timeout: float = typer.Option(3000.0, "--timeout", metavar="SECONDS",
@@ -98,6 +102,10 @@ def eval_cmd(
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose reply has started but then sends no byte for "
                                              "this long (waiting for it to start is bounded by --timeout)."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", metavar="SECONDS",
+                                             help="Fail a request not answered in full within this long, however "
+                                                  "its bytes trickle in. Off by default, as on the platform "
+                                                  "(whose timeout is per read, like --timeout)."),
     retries: int = typer.Option(0, "--retries", metavar="N",
                                 help="Send a failed request again up to N times (the platform does not retry: "
                                      "a failed row scores 0). The report gives the accuracy with and without."),
@@ -134,9 +142,10 @@ def eval_cmd(
 
     model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
-    cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir, concurrency=concurrency,
+    cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir,
+                     trust_remote_code=trust_remote_code, concurrency=concurrency,
                      num_samples=rows, timeout_s=timeout, max_tokens=max_tokens, stall_s=stall_timeout,
-                     retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
+                     deadline_s=deadline, retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
     check_eval_config(cfg)
     if model_dir is None:
         _say("note: no --model-dir: requests carry no stop strings (the platform sends the model's eos tokens)")
@@ -144,7 +153,7 @@ def eval_cmd(
     with progress_bars("eval") as update:
         def on_result(record: dict, done: int, total: int) -> None:
             scores.append(record["score"])
-            note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(record['error'])}" if record["error"] else "")
+            note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
             update("rows", done, total, note)
 
         report = run_eval(cfg, on_result, note=_say)
@@ -170,8 +179,9 @@ def bench_cmd(
     s8: Optional[Path] = typer.Option(None, "--s8", metavar="FILE", help="Speed JSONL for S8 (concurrency 8)."),
     smax: Optional[Path] = typer.Option(None, "--smax", metavar="FILE", help="Speed JSONL for Smax (no cap)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir whose tokenizer counts max_new_tokens (default: "
-                                                  "the served model id, if it is a local dir)."),
+                                             help="Served model dir whose tokenizer counts max_new_tokens. "
+                                                  "[required]"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     output: Path = typer.Option(Path("bench.json"), "-o", "--output", metavar="FILE",
                                 help="Result JSON (what score and compare read)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Shuffle seed (the platform uses 1)."),
@@ -183,6 +193,9 @@ def bench_cmd(
                                  help="Wait after the flush before timing (bench_serving waits 1)."),
     stall_timeout: float = typer.Option(600.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose stream sends no byte for this long."),
+    deadline: float = typer.Option(6 * 60 * 60, "--deadline", metavar="SECONDS",
+                                   help="Fail a request not finished within this long (bench_serving's total "
+                                        "timeout per request: 6 h)."),
     label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -197,7 +210,7 @@ def bench_cmd(
     Example:
 
     \b
-      soarpack bench --api-base http://127.0.0.1:30000 \\
+      soarpack bench --api-base http://127.0.0.1:30000 --model-dir Q \\
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack.bench.render import print_bench
@@ -206,9 +219,10 @@ def bench_cmd(
     model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
     rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
     tiers = {name: path for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
-    cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, output=output, seed=seed,
+    cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, trust_remote_code=trust_remote_code,
+                      output=output, seed=seed,
                       num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
-                      label=label, bundle=_bundle_identity(bundle))
+                      deadline_s=deadline, label=label, bundle=_bundle_identity(bundle))
     check_bench_config(cfg)
     with progress_bars("bench") as update:
         try:
@@ -232,6 +246,7 @@ def speedset_cmd(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
                                              help="The served model's dir, whose tokenizer counts the lengths. "
                                                   "[required]"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     rows: int = typer.Option(..., "-n", "--rows", metavar="N", min=1, help="Number of rows."),
     output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
                                 help="JSONL to write ({question, model_response} per line)."),
@@ -263,7 +278,7 @@ def speedset_cmd(
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists", "pass --force to replace it")
     buckets = ss.load_mix(mix)
-    table_rows, summary = ss.make_speedset(load_tokenizer(model_dir), rows, buckets, seed, ss.speedset_text(text))
+    table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     ss.write_jsonl(output, table_rows)
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
@@ -350,7 +365,7 @@ def compare_cmd(
         from soarpack.bench.chart import write_chart
 
         _say(f"wrote {write_chart(runs, chart)}")
-    typer.echo(render(runs, fmt.value, best))
+    typer.echo(render(runs, fmt.value, best) if fmt.value == "json" else printable(render(runs, fmt.value, best), keep="\n"))
     below = [r.name for r in runs if r.below_gate]
     if below:
         raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
+from soarpack.printable import printable
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
 
@@ -20,7 +21,7 @@ def _bundle_or_newest(bundle: Optional[Path]) -> Path:
     if bundle is not None:
         return bundle
     found = newest_bundle()
-    err_console.print(f"bundle: {found}", markup=False, highlight=False)
+    err_console.print(f"bundle: {printable(found)}", markup=False, highlight=False)
     return found
 
 
@@ -57,7 +58,7 @@ def build_cmd(
     """
     from soarpack.bundle.build import PLATFORM, build_bundle
 
-    log = (lambda msg: err_console.print(msg, markup=False, highlight=False, soft_wrap=True)) if not as_json else (lambda msg: None)
+    log = (lambda msg: err_console.print(printable(msg), markup=False, highlight=False, soft_wrap=True)) if not as_json else (lambda msg: None)
     result = build_bundle(out, profile=profile, recipe=recipe, sglang_src=sglang_src or PLATFORM, calib=calib or (),
                           wheels=wheels, wheel_dir=wheel_dir, force=force, log=log)
     if as_json:
@@ -68,7 +69,7 @@ def build_cmd(
     err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
                       f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
                       markup=False, highlight=False)
-    typer.echo(str(result.path))
+    typer.echo(printable(result.path))
 
 
 @command("inspect")
@@ -107,7 +108,7 @@ def inspect_cmd(
         ("wheels", f"{summary['wheels']['count']} ({summary['wheels']['source']})"),
     ]
     for key, value in lines:
-        typer.echo(f"{key:<12} {value}")
+        typer.echo(f"{key:<12} {printable(value)}")
 
 
 _STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}  # same visible width
@@ -146,7 +147,7 @@ def check_cmd(
     def started(name: str) -> None:
         nonlocal status_line
         if not as_json and err_console.is_terminal:
-            status_line = err_console.status(f"running: {escape(name)} ...")
+            status_line = err_console.status(f"running: {escape(printable(name))} ...")
             status_line.start()
         elif not as_json:
             err_console.print(f"running: {name} ...", markup=False, highlight=False)
@@ -157,14 +158,14 @@ def check_cmd(
             status_line.stop()
             status_line = None
         if not as_json:
-            detail = f"  {step.detail}" if step.detail else ""
+            detail = f"  {printable(step.detail)}" if step.detail else ""
             ran_on = f"  [dim]({describe_versions(step.versions)})[/]" if step.versions else ""
             err_console.print(f"{_STATUS[step.status]} {escape(step.name):<16} {step.seconds:6.1f} s{escape(detail)}{ran_on}",
                               highlight=False, soft_wrap=True)
 
     def note(message: str) -> None:
         if not as_json:
-            err_console.print(f"[dim]{escape(message)}[/]", highlight=False, soft_wrap=True)
+            err_console.print(f"[dim]{escape(printable(message))}[/]", highlight=False, soft_wrap=True)
 
     report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_src, work_dir=keep, keep=keep is not None,
                           dev_stack=dev_stack, log=show, note=note, started=started)
@@ -174,7 +175,7 @@ def check_cmd(
         counts = {k: sum(s.status == k for s in report.steps) for k in ("pass", "fail", "skip")}
         tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
         why = report.not_uploadable_because
-        typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({why}): {tally}")
+        typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({printable(why)}): {tally}")
     if not report.uploadable:
         raise typer.Exit(1)
 

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from soarpack.printable import printable
+
 
 def terminal_stderr() -> TextIO:
     """A stream to where stderr goes now, immune to a later redirection of file descriptor 2."""
@@ -53,12 +55,12 @@ class QuantizeProgress:
             self.stream.close()
 
     def say(self, line: str) -> None:
-        self.console.print(line, highlight=False, markup=False)
+        self.console.print(printable(line), highlight=False, markup=False)
 
     def render(self, event: Any) -> None:
         if event.kind == "problem":
             self.console.print(Text.assemble(("note: " if event.phase != "verify" else "problem: ", "yellow"),
-                                             event.message), highlight=False)
+                                             printable(event.message)), highlight=False)
             return
         if self.bar is not None:
             if event.kind == "phase-start":
@@ -72,4 +74,4 @@ class QuantizeProgress:
             if event.kind == "phase-end":
                 self.console.print(f"[bold]{event.phase}[/] {event.seconds:.1f}s", highlight=False)
             elif event.kind in ("info", "layer"):
-                self.console.print(event.message, highlight=False, markup=False)
+                self.console.print(printable(event.message), highlight=False, markup=False)

@@ -11,7 +11,7 @@ import typer
 
 from soarpack.cli import command, renamed, required
 from soarpack.errors import CheckpointError, ConfigError
-
+from soarpack.printable import printable
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
 from soarpack.quant.options import QuantizeOptions
 
@@ -122,8 +122,8 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
             worst.add_row(name, f"{err:.4f}", "" if loss is None else f"{loss:.3g}")
         console.print(worst)
     for note in result.notes:
-        typer.echo(f"note: {note}")
-    typer.echo(f"report: {out_dir / REPORT_FILE}\nlog: {log}")
+        typer.echo(f"note: {printable(note)}")
+    typer.echo(f"report: {printable(out_dir / REPORT_FILE)}\nlog: {printable(log)}")
 
 
 @command("verify")
@@ -149,10 +149,10 @@ def verify_cmd(
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
         for p in rep.problems:
-            typer.echo(str(p))
+            typer.echo(printable(p))  # problems quote tensor names from the checkpoint
         if rep.module_errors:
             worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
-            typer.echo(f"dequantization error: {len(rep.module_errors)} modules, worst {worst[0]} {worst[1]:.4f}")
+            typer.echo(f"dequantization error: {len(rep.module_errors)} modules, worst {printable(worst[0])} {worst[1]:.4f}")
         typer.echo("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
     if rep.problems:
         raise typer.Exit(1)

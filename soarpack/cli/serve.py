@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
+from soarpack.printable import printable
 
 sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
@@ -140,8 +142,6 @@ def args_cmd(
         --port 30000 $SGLANG_SERVER_ARGS --tp-size 1 \\
         --max-running-requests 32 --enable-metrics
     """
-    from rich.markup import escape
-
     from soarpack.serve.lint import lint_args, raise_on_errors
     from soarpack.serve.patches import resolve_src
     from soarpack.serve.profiles import load_profile
@@ -211,7 +211,7 @@ def serve_check_cmd(
 
     server_args = load_profile(profile).args if profile else None
     result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,
-                            log=lambda m: err_console.print(m, highlight=False))
+                            log=lambda m: err_console.print(printable(m), markup=False, highlight=False))
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -219,7 +219,7 @@ def serve_check_cmd(
         typer.echo(result.summary)
     if not result.ok:
         for problem in result.problems:
-            err_console.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(printable(problem))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -257,7 +257,7 @@ def rehearse_server_cmd(
 
     result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
                              bench_rows=bench_rows, ready_timeout_s=ready_timeout,
-                             log=lambda m: err_console.print(m, highlight=False, soft_wrap=True))
+                             log=lambda m: err_console.print(printable(m), markup=False, highlight=False, soft_wrap=True))
     typer.echo(result.summary)
     if not result.ok:
         raise typer.Exit(1)

@@ -8,6 +8,7 @@ so a test, a report or a human can point at it.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
@@ -40,18 +41,45 @@ RULES: Dict[str, str] = {
     "platform-override": "the platform sets this flag itself (--max-running-requests 32, --tp-size 1, --port, --model-path)",
     "unknown-patch": "a patch name the patch set does not have",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
+    "unsafe-token": "a token the platform's unquoted ${SGLANG_SERVER_ARGS} would split, glob or keep quotes in",
 }
 ERROR_RULES = {
     "underscore-flag", "not-a-flag", "unknown-flag", "missing-value", "bad-choice", "duplicate-flag", "gptq-needs-fp16",
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
-    "mem-fraction-range",
+    "mem-fraction-range", "unsafe-token",
 }
 PLATFORM_FLAGS = ("--max-running-requests", "--tp-size", "--port", "--model-path")
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
 DTYPE_PATCH = "sparse-dtype"
 SPARSE_BACKENDS = ("minicpm_flashinfer", "minicpm_flashattn")
 PLATFORM_MAX_RUNNING = 32
+# The platform expands ${SGLANG_SERVER_ARGS} unquoted (SALA.md 1): a token arrives intact under word splitting,
+# globbing, `sh -c` and `eval` alike only if it has none of the shell's special characters. This is the set
+# shlex.quote leaves unquoted.
+SAFE_TOKEN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+SAFE_CHARS = "letters, digits and _@%+=:,./-"
+
+
+def _unsafe_why(token: str) -> str:
+    """What the platform's shell does to a token outside SAFE_TOKEN."""
+    if not token:
+        return "an empty token vanishes"
+    if any(c.isspace() for c in token):
+        return f"it is split into {len(token.split()) or 0} words at its spaces"
+    if any(c in "\"'" for c in token):
+        return "its quotes arrive literally (the shell does not read quotes in an expanded variable)"
+    if any(c in "*?[" for c in token):
+        return "the shell expands it to matching file names, if any exist"
+    bad = next(c for c in token if not SAFE_TOKEN.fullmatch(c))
+    return f"{bad!r} means something to the shell (under `sh -c` or `eval` it is not passed as written)"
+
+
+def unsafe_tokens(tokens: Sequence[str]) -> List[Finding]:
+    """One `unsafe-token` finding per token that would not reach the server as written."""
+    return [_finding("unsafe-token", f"{tok!r} cannot pass through the platform's unquoted ${{SGLANG_SERVER_ARGS}}: "
+                                     f"{_unsafe_why(tok)}; use only {SAFE_CHARS}")
+            for tok in tokens if not SAFE_TOKEN.fullmatch(tok)]
 
 
 @dataclass(frozen=True)
@@ -175,6 +203,8 @@ def lint_args(
     flags = known_flags(server_args_py)
     findings: List[Finding] = []
     tokens = split_args(args)
+    # A string is checked as the platform's shell gets it: split at whitespace, its quotes not read.
+    findings += unsafe_tokens(args.split() if isinstance(args, str) else tokens)
     got = _parse(tokens, flags, findings)
     patched = set(patched or ())
 

@@ -31,6 +31,10 @@ LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
 # What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
 PLATFORM_TRAILING_ARGS = ("--tp-size", "1", "--max-running-requests", "32", "--enable-metrics")
+# The platform's launch line as its shell runs it (SALA.md 1): SGLANG_SERVER_ARGS expanded unquoted, so it is
+# split at whitespace and globbed; soarpack.serve.lint refuses every token that would not survive that.
+PLATFORM_LAUNCH_LINE = ("python -m sglang.launch_server --model-path $OUT --trust-remote-code --port 30000 "
+                        "${SGLANG_SERVER_ARGS} " + " ".join(PLATFORM_TRAILING_ARGS))
 
 
 class ServerError(SoarpackError):
