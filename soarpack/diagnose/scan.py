@@ -1,0 +1,119 @@
+"""Text logs against the catalogue: each entry's patterns, line by line; and, for a log that no error entry names,
+the lines worth reading (its first error line and its last traceback), so an unknown failure is never silent."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from soarpack.diagnose.catalogue import Entry
+from soarpack.diagnose.inputs import Input
+
+ERROR_LINE = re.compile(r"(?i)\berror\b|\bexception\b|\bfailed\b|\bfatal\b|\bkilled\b|\w+Error\b|\bFAIL\b"
+                        r"|traceback \(most recent call last\)")
+TRACEBACK = "Traceback (most recent call last):"
+TRACEBACK_FRAMES_KEPT = 6  # frame lines kept before the exception line
+MAX_QUOTE = 400
+
+
+@dataclass
+class Finding:
+    entry_id: str
+    path: str
+    kind: str
+    where: str  # "line 57" in a log, "12 of 150 rows" in a result
+    quote: str
+    count: int = 1
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Excerpt:
+    """The lines worth reading of a log that no known error explains."""
+
+    path: str
+    kind: str
+    first_error: Optional[str] = None  # "line N: text"
+    last_traceback: List[str] = field(default_factory=list)
+
+
+def _clip(line: str) -> str:
+    line = line.rstrip()
+    return line if len(line) <= MAX_QUOTE else line[:MAX_QUOTE] + " ..."
+
+
+def _named_groups(match: "re.Match") -> Dict[str, str]:
+    return {k.rstrip("0123456789"): v for k, v in match.groupdict().items() if v is not None}
+
+
+def context_values(entry: Entry, texts: List[str]) -> Dict[str, str]:
+    """Each of the entry's context values: its last match in the first text that has one (the failing log first)."""
+    values: Dict[str, str] = {}
+    for name, pattern in entry.context.items():
+        for text in texts:
+            matches = pattern.findall(text)
+            if matches:
+                values[name] = matches[-1] if isinstance(matches[-1], str) else matches[-1][0]
+                break
+    return values
+
+
+def match_entries(inp: Input, entries: List[Entry], others: List[Input]) -> List[Finding]:
+    """Every entry that applies to this input's kind and whose pattern matches a line of it."""
+    lines = inp.text.splitlines()
+    findings = []
+    for entry in entries:
+        if not entry.patterns or not entry.applies_to(inp.kind):
+            continue
+        first = None
+        count = 0
+        for number, line in enumerate(lines, 1):
+            for pattern in entry.patterns:
+                match = pattern.search(line)
+                if match:
+                    count += 1
+                    if first is None:
+                        first = (number, line, match)
+                    break
+        if first is None:
+            continue
+        number, line, match = first
+        detail = _named_groups(match)
+        detail.update(context_values(entry, [inp.text] + [o.text for o in others if o is not inp and o.text]))
+        where = f"line {number}" + (" of the log's last 32 MiB" if inp.truncated else "")
+        findings.append(Finding(entry.id, str(inp.path), inp.kind, where, _clip(line), count, detail))
+    return findings
+
+
+def last_traceback(lines: List[str]) -> List[str]:
+    """The last `Traceback (most recent call last):` block: its header, its last frames and the exception line(s)."""
+    starts = [i for i, line in enumerate(lines) if line.strip().endswith(TRACEBACK)]
+    if not starts:
+        return []
+    start = starts[-1]
+    body = []
+    for line in lines[start + 1:]:
+        stripped = line.strip()
+        if not stripped:
+            if body and not body[-1].startswith((" ", "\t")):
+                break
+            continue
+        body.append(line.rstrip())
+        # The exception line is the first one that is not indented (frames and code are).
+        if not line.startswith((" ", "\t")) and not stripped.startswith("File "):
+            break
+    frames = body[:-1][-TRACEBACK_FRAMES_KEPT:]
+    skipped = len(body) - 1 - len(frames)
+    head = [lines[start].rstrip()] + ([f"  ... {skipped} line(s) ..."] if skipped > 0 else [])
+    return head + frames + body[-1:]
+
+
+def excerpt(inp: Input) -> Optional[Excerpt]:
+    """The first error line and the last traceback of a log; None when it has neither."""
+    lines = inp.text.splitlines()
+    first = next(((n, line) for n, line in enumerate(lines, 1) if ERROR_LINE.search(line)), None)
+    tb = last_traceback(lines)
+    if first is None and not tb:
+        return None
+    return Excerpt(str(inp.path), inp.kind, f"line {first[0]}: {_clip(first[1].strip())}" if first else None, tb)
