@@ -175,6 +175,11 @@ def check_cmd(
         tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
         why = report.not_uploadable_because
         typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({why}): {tally}")
+    if report.logs and not as_json:
+        from soarpack.bundle.keptlogs import diagnose_command
+
+        err_console.print(f"the failed rehearsal's logs are kept in {report.logs}; read them with: "
+                          f"{diagnose_command(report.logs)}", markup=False, highlight=False, soft_wrap=True)
     if not report.uploadable:
         raise typer.Exit(1)
 

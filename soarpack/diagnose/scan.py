@@ -10,8 +10,12 @@ from typing import Any, Dict, List, Optional
 from soarpack.diagnose.catalogue import Entry
 from soarpack.diagnose.inputs import Input
 
-ERROR_LINE = re.compile(r"(?i)\berror\b|\bexception\b|\bfailed\b|\bfatal\b|\bkilled\b|\w+Error\b|\bFAIL\b"
-                        r"|traceback \(most recent call last\)")
+# What marks a line as an error in the logs diagnose reads: Python's exception lines, soarpack's `error:` lines and
+# `!!!` banners, loud levels, and the few words a dying process prints. Not a bare "error" (a successful quantize
+# prints "dequantization error" tables) nor "0 failed".
+ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|\bERROR\b|(?i:\berror:)"
+                        r"|\bFAIL(?:ED)?\b|\bfailed\b(?! *[:=]? *0\b)|(?i:\bfatal\b)|\bKilled\b|Segmentation fault"
+                        r"|core dumped|!!! ")
 TRACEBACK = "Traceback (most recent call last):"
 TRACEBACK_FRAMES_KEPT = 6  # frame lines kept before the exception line
 MAX_QUOTE = 400
