@@ -69,14 +69,14 @@ def render(diagnosis) -> List[str]:
 
 @command("diagnose")
 def diagnose_cmd(
-    paths: List[Path] = typer.Argument(..., metavar="LOG_OR_DIR...", show_default=False,
-                                       help="Logs (prepare_env.log, prepare_model.log, quantize.log, a server log), "
-                                            "eval/bench JSON, or folders of them (a kept `soarpack check` folder)."),
+    # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
+    paths: List[Path] = typer.Argument(..., metavar="LOG_OR_DIR", hidden=True),
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
 ) -> None:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
-    The failures and their signatures are a catalogue (soarpack/diagnose/catalogue.toml), each citing where its
+    LOG_OR_DIR are logs (prepare_env.log, prepare_model.log, quantize.log, a server log), soarpack eval/bench
+    JSON, or folders of them (a kept `soarpack check` folder). The failures and their signatures are a catalogue (soarpack/diagnose/catalogue.toml), each citing where its
     text comes from. A log no known failure explains gets its first error and last traceback. Exit 0: nothing
     found; 1: a known failure; 2: bad input.
 
