@@ -121,7 +121,7 @@ def test_a_server_that_dies_first_is_named_with_its_own_log(tmp_path):
 
 
 def test_flash_attn_import_from_remote_code_is_named(tmp_path):
-    from transformers.dynamic_module_utils import check_imports
+    check_imports = pytest.importorskip("transformers.dynamic_module_utils").check_imports
 
     modeling = tmp_path / "modeling_minicpm_sala.py"
     modeling.write_text("import torch\nfrom flash_attn import flash_attn_func, flash_attn_varlen_func\n")
@@ -287,6 +287,7 @@ def test_context_next_to_an_oom_is_reported(tmp_path):
 # -- a failed check keeps its logs, and diagnose reads them -------------------------------------------------------
 
 
+@pytest.mark.needs_torch  # the rehearsal makes a tiny model
 def test_a_failed_check_keeps_its_logs_prints_the_command_and_diagnose_names_the_failures(tmp_path, monkeypatch):
     from soarpack.bundle.build import build_bundle
     from soarpack.bundle.check import check_bundle
@@ -326,3 +327,35 @@ def test_check_cli_prints_where_the_logs_are_and_the_diagnose_command(tmp_path, 
     result = runner.invoke(app, ["check", str(tmp_path / "b.tar.gz")])
     assert result.exit_code == 1
     assert f"logs are kept in {kept}" in result.output and f"soarpack diagnose {kept}" in result.output
+
+
+class _Report:
+    def __init__(self, ok):
+        self.ok, self.logs = ok, None
+
+    def to_dict(self):
+        return {"steps": [{"name": "prepare_model.sh", "status": "fail", "detail": "exit 1"}], "uploadable": False,
+                "logs": self.logs}
+
+
+def test_kept_logs_go_to_a_new_folder_or_stay_in_the_keep_folder(tmp_path, monkeypatch):
+    from soarpack.bundle.keptlogs import keep_failed_logs
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    work = tmp_path / "work"
+    (work / "bundle" / "logs").mkdir(parents=True)
+    (work / "bundle" / "logs" / "prepare_env.log").write_text("[soarpack prepare_env 10:00:00] done\n")
+    assert keep_failed_logs(_Report(True), work, work / "bundle", work_stays=False) is None  # nothing failed
+    assert keep_failed_logs(_Report(False), work, work / "nothing", work_stays=False) is None  # no rehearsal log
+    report = _Report(False)
+    kept = keep_failed_logs(report, work, work / "bundle", work_stays=False)
+    assert kept.parent == tmp_path and kept.name.startswith("soarpack-check-logs-") and report.logs == str(kept)
+    assert (kept / "logs" / "prepare_env.log").is_file()
+    assert json.loads((kept / "check.json").read_text())["logs"] == str(kept)
+    stays = keep_failed_logs(_Report(False), work, work / "bundle", work_stays=True)
+    assert stays == work and (work / "check.json").is_file()
+    # diagnose reads a kept --keep folder: the check report and the bundle's logs, not the venvs beside them
+    (work / "image" / "lib").mkdir(parents=True)
+    (work / "image" / "lib" / "noise.log").write_text("Traceback (most recent call last):\nKeyError: 1\n")
+    d = diagnose([work])
+    assert {i.path.name for i in d.inputs} == {"check.json", "prepare_env.log"}

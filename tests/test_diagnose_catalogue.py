@@ -36,7 +36,10 @@ def _fork_archives():
 
 
 def _installed_file(dist: str, rel: str) -> Path:
-    return Path(md.distribution(dist).locate_file(rel))
+    try:
+        return Path(md.distribution(dist).locate_file(rel))
+    except md.PackageNotFoundError:
+        pytest.skip(f"not run: {dist} is not installed in this environment")
 
 
 def _image_site_packages() -> Path:
@@ -101,7 +104,7 @@ def test_each_source_holds_the_signature_text(entry: Entry, source):
             return
         path = _installed_file(dist, rel)
         text = path.read_text(encoding="utf-8")
-        if md.version(dist) == version and line:
+        if md.version(dist) == version and line:  # the cited version: the cited line
             assert source.text in text.splitlines()[int(line[0]) - 1], f"{rel}:{line[0]}"
         else:  # another version installed: the text must still be in the file
             assert source.text in text
