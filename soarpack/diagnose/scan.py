@@ -70,19 +70,18 @@ def match_entries(inp: Input, entries: List[Entry], others: List[Input]) -> List
     for entry in entries:
         if not entry.patterns or not entry.applies_to(inp.kind):
             continue
-        first = None
-        count = 0
+        hits = []
         for number, line in enumerate(lines, 1):
             for pattern in entry.patterns:
                 match = pattern.search(line)
                 if match:
-                    count += 1
-                    if first is None:
-                        first = (number, line, match)
+                    hits.append((number, line, match))
                     break
-        if first is None:
+        if not hits:
             continue
-        number, line, match = first
+        count = len(hits)
+        # A traceback quotes the raising source line (indented) before the message itself: quote the message.
+        number, line, match = next((h for h in hits if not h[1][:1].isspace()), hits[0])
         detail = _named_groups(match)
         detail.update(context_values(entry, [inp.text] + [o.text for o in others if o is not inp and o.text]))
         where = f"line {number}" + (" of the log's last 32 MiB" if inp.truncated else "")
