@@ -306,6 +306,8 @@ def test_a_failed_check_keeps_its_logs_prints_the_command_and_diagnose_names_the
     assert json.loads((kept / "check.json").read_text())["logs"] == str(kept)
     d = diagnose([kept])
     assert {"bundle-without-wheels", "prepare-model-error"} <= ids(d)
+    # the check report alone names it too: the failed step's detail holds soarpack's error line
+    assert "prepare-model-error" in ids(diagnose([kept / "check.json"]))
     assert "--rows" in finding(d, "prepare-model-error").detail["cause"]
     assert not any(p.name.startswith("soarpack-check-") and not p.name.startswith("soarpack-check-logs-")
                    for p in (tmp_path / "tmp").iterdir())  # the rehearsal itself is still removed

@@ -18,6 +18,7 @@ from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 
 MAX_READ_BYTES = 32 * 2**20  # a longer log is read from its end: the failure is there
+MAX_JSON_BYTES = 1024 * 2**20  # a result file is read whole (150 long answers can pass 32 MiB)
 MAX_FILES = 500
 TEXT_SUFFIXES = (".log", ".txt", ".out", ".err")
 # Folders of a rehearsal or a bundle that hold no logs, only (large) trees: never walked.
@@ -37,11 +38,12 @@ class Input:
 
 def _read_text(path: Path) -> tuple:
     size = path.stat().st_size
+    cap = MAX_JSON_BYTES if path.suffix.lower() == ".json" else MAX_READ_BYTES
     with open(path, "rb") as fh:
-        if size > MAX_READ_BYTES:
-            fh.seek(size - MAX_READ_BYTES)
-        raw = fh.read(MAX_READ_BYTES)
-    return raw.decode("utf-8", errors="replace"), size > MAX_READ_BYTES, raw
+        if size > cap:
+            fh.seek(size - cap)
+        raw = fh.read(cap)
+    return raw.decode("utf-8", errors="replace"), size > cap, raw
 
 
 def _looks_binary(raw: bytes) -> bool:
