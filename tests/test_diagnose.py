@@ -361,3 +361,17 @@ def test_kept_logs_go_to_a_new_folder_or_stay_in_the_keep_folder(tmp_path, monke
     (work / "image" / "lib" / "noise.log").write_text("Traceback (most recent call last):\nKeyError: 1\n")
     d = diagnose([work])
     assert {i.path.name for i in d.inputs} == {"check.json", "prepare_env.log"}
+
+
+def test_the_catalogue_is_listed_with_its_sources():
+    result = runner.invoke(app, ["diagnose", "--catalogue"])
+    assert result.exit_code == 0
+    assert "torchao-scalingtype  [error]" in result.output and "source: log tests/data/diagnose/torchao-scalingtype.log" in result.output
+    assert "platform-server-timeout  [error]" in result.output and "UNVERIFIED" in result.output
+    data = json.loads(runner.invoke(app, ["diagnose", "--catalogue", "--json"]).output)
+    assert all(e["sources"] or e["unverified"] for e in data)
+
+
+def test_no_path_is_bad_input():
+    result = runner.invoke(app, ["diagnose"])
+    assert result.exit_code == 2 and "no log or folder given" in result.output

@@ -28,7 +28,7 @@ from soarpack.errors import SoarpackError
 
 BUNDLE, ORIGINAL, QUANTIZED = "BUNDLE", "ORIGINAL", "QUANTIZED"
 WANTED = (MANIFEST_NAME, layout.BUNDLE_ENV, layout.PREPARE_ENV, layout.PREPARE_MODEL, layout.PREPROCESS)
-PLATFORM_ARGS = "(the platform's SGLANG_SERVER_ARGS)"
+PLATFORM_ARGS = "(the platform's SGLANG_SERVER_ARGS, kept; by default: {})"
 
 _ASSIGN = re.compile(r"^\s*(?:local\s+|export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s;|&]*)\s*$")
 _EXPORT = re.compile(r"(?:^|[\s;&|])export\s+([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s;|&]*)")
@@ -143,7 +143,10 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
     except ValueError as exc:
         raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})", "rebuild the bundle with `soarpack build`") from None
     env = parse_bundle_env(files[layout.BUNDLE_ENV])
-    known = {"dir": BUNDLE, "SGLANG_SERVER_ARGS": PLATFORM_ARGS, "SOARPACK_IMAGE_PYTHON": "(the image's python)", **env}
+    from soarpack.bundle.check import PLATFORM_DEFAULT_ARGS
+
+    known = {"dir": BUNDLE, "SGLANG_SERVER_ARGS": PLATFORM_ARGS.format(PLATFORM_DEFAULT_ARGS),
+             "SOARPACK_IMAGE_PYTHON": "(the image's python)", **env}
     exports = script_exports(files[layout.PREPARE_ENV], known)
     server_args = env.get("SOARPACK_BUNDLE_SERVER_ARGS", "")
     fallback = env.get("SOARPACK_BUNDLE_FALLBACK_ARGS", "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -67,11 +67,31 @@ def render(diagnosis) -> List[str]:
     return lines
 
 
+def _print_catalogue(as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from soarpack.diagnose.catalogue import load_catalogue
+
+    entries = load_catalogue()
+    if as_json:
+        typer.echo(json.dumps([{"id": e.id, "title": e.title, "severity": e.severity, "kinds": list(e.kinds),
+                                "patterns": [p.pattern for p in e.patterns], "unverified": e.unverified,
+                                "sources": [asdict(s) for s in e.sources]} for e in entries], indent=2))
+        return
+    for e in entries:
+        typer.echo(f"{e.id}  [{e.severity}]  {e.title}" + ("  UNVERIFIED" if e.unverified else ""))
+        for s in e.sources:
+            typer.echo(f"    source: {s.kind} {s.where}")
+    typer.echo(f"{len(entries)} entries, {sum(e.unverified for e in entries)} unverified")
+
+
 @command("diagnose")
 def diagnose_cmd(
     # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
-    paths: List[Path] = typer.Argument(..., metavar="LOG_OR_DIR", hidden=True),
+    paths: Optional[List[Path]] = typer.Argument(None, metavar="LOG_OR_DIR", hidden=True),
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+    catalogue: bool = typer.Option(False, "--catalogue", help="List the known failures and the source of each "
+                                                             "signature instead."),
 ) -> None:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
@@ -84,10 +104,14 @@ def diagnose_cmd(
 
     \b
       soarpack diagnose logs/ eval.json
+      soarpack diagnose --catalogue
     """
     from soarpack.diagnose import diagnose
 
-    diagnosis = diagnose(paths)
+    if catalogue:
+        _print_catalogue(as_json)
+        return
+    diagnosis = diagnose(paths or [])
     if as_json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:
