@@ -375,3 +375,25 @@ def test_the_catalogue_is_listed_with_its_sources():
 def test_no_path_is_bad_input():
     result = runner.invoke(app, ["diagnose"])
     assert result.exit_code == 2 and "no log or folder given" in result.output
+
+
+def test_a_check_report_whose_overlay_import_failed_names_torchao(tmp_path):
+    # What check's "bundled wheels" step records when the overlay import fails: the last stderr line of the real
+    # ImportError (the log produced on the image stand-in), after check's own words (soarpack/bundle/check.py).
+    from soarpack.bundle.check import CheckReport, Step
+
+    last = (REPO / "tests" / "data" / "diagnose" / "torchao-scalingtype.log").read_text().strip().splitlines()[-1]
+    report = CheckReport("b.tar.gz", [Step("bundled wheels", "fail", f"the overlay cannot import the quantization stack: {last}")])
+    path = tmp_path / "check.json"
+    path.write_text(json.dumps(report.to_dict()))
+    d = diagnose([path])
+    assert d.inputs[0].kind == "check" and ids(d) == {"torchao-scalingtype"}
+
+
+def test_an_unknown_failed_check_step_is_shown():
+    from soarpack.diagnose.inputs import Input
+
+    from soarpack.diagnose import diagnose_inputs
+
+    d = diagnose_inputs([Input(Path("check.json"), "check", "verify: exit 3 after 2 s")])
+    assert d.findings == [] and d.excerpts[0].first_error == "line 1: verify: exit 3 after 2 s"

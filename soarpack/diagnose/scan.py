@@ -115,7 +115,9 @@ def last_traceback(lines: List[str]) -> List[str]:
 def excerpt(inp: Input) -> Optional[Excerpt]:
     """The first error line and the last traceback of a log; None when it has neither."""
     lines = inp.text.splitlines()
-    first = next(((n, line) for n, line in enumerate(lines, 1) if ERROR_LINE.search(line)), None)
+    # A check report's text is its failed steps (inputs.check_report_text): each line is an error.
+    is_error = (lambda line: bool(line.strip())) if inp.kind == "check" else ERROR_LINE.search
+    first = next(((n, line) for n, line in enumerate(lines, 1) if is_error(line)), None)
     tb = last_traceback(lines)
     if first is None and not tb:
         return None
