@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -294,8 +295,6 @@ def test_a_failed_check_keeps_its_logs_prints_the_command_and_diagnose_names_the
 
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
     bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, log=lambda m: None).path
     # A quantize flag that soarpack refuses at once: prepare_model.sh fails in seconds, as on a bad platform run.
@@ -391,9 +390,8 @@ def test_a_check_report_whose_overlay_import_failed_names_torchao(tmp_path):
 
 
 def test_an_unknown_failed_check_step_is_shown():
-    from soarpack.diagnose.inputs import Input
-
     from soarpack.diagnose import diagnose_inputs
+    from soarpack.diagnose.inputs import Input
 
     d = diagnose_inputs([Input(Path("check.json"), "check", "verify: exit 3 after 2 s")])
     assert d.findings == [] and d.excerpts[0].first_error == "line 1: verify: exit 3 after 2 s"
