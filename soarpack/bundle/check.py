@@ -68,6 +68,7 @@ class CheckReport:
     bundle: str
     steps: List[Step] = field(default_factory=list)
     stack: str = IMAGE_STACK
+    logs: Optional[str] = None  # where a failed rehearsal's logs were kept (soarpack.bundle.keptlogs)
 
     @property
     def ok(self) -> bool:
@@ -93,7 +94,8 @@ class CheckReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"bundle": self.bundle, "ok": self.ok, "stack": self.stack, "uploadable": self.uploadable,
-                "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps]}
+                "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps],
+                "logs": self.logs}
 
 
 class _Runner:
@@ -401,6 +403,9 @@ def check_bundle(
         _rehearse(r, root, work, manifest, wheel_names, sglang_fork, quantize_args, dev_stack, note)
         return report
     finally:
+        from soarpack.bundle.keptlogs import keep_failed_logs
+
+        keep_failed_logs(report, work, root, work_stays=tmp_obj is None or keep)
         if tmp_obj is not None and not keep:
             tmp_obj.cleanup()
 

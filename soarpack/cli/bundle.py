@@ -76,6 +76,9 @@ def build_cmd(
 def inspect_cmd(
     bundle: Optional[Path] = typer.Argument(None, metavar="BUNDLE", help=_BUNDLE_ARG_HELP, show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    steps: bool = typer.Option(False, "--steps", help="What the platform will run, step by step: each command, "
+                                                     "the variables prepare_env.sh exports, the server's launch line, "
+                                                     "where each log goes."),
 ) -> None:
     """What a bundle holds, from its MANIFEST.json (nothing is extracted).
 
@@ -85,7 +88,14 @@ def inspect_cmd(
 
     \b
       soarpack inspect
+      soarpack inspect --steps
     """
+    if steps:
+        from soarpack.bundle.steps_view import platform_steps, render_steps
+
+        view = platform_steps(_bundle_or_newest(bundle))
+        typer.echo(json.dumps(view, indent=2) if as_json else "\n".join(render_steps(view)))
+        return
     from soarpack.bundle.summary import inspect_bundle
 
     summary = inspect_bundle(_bundle_or_newest(bundle))
@@ -176,6 +186,11 @@ def check_cmd(
         tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
         why = report.not_uploadable_because
         typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({printable(why)}): {tally}")
+    if report.logs and not as_json:
+        from soarpack.bundle.keptlogs import diagnose_command
+
+        err_console.print(f"the failed rehearsal's logs are kept in {report.logs}; read them with: "
+                          f"{diagnose_command(report.logs)}", markup=False, highlight=False, soft_wrap=True)
     if not report.uploadable:
         raise typer.Exit(1)
 
