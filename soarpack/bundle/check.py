@@ -68,6 +68,7 @@ class CheckReport:
     bundle: str
     steps: List[Step] = field(default_factory=list)
     stack: str = IMAGE_STACK
+    risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk, from the MANIFEST (issue 25)
 
     @property
     def ok(self) -> bool:
@@ -93,7 +94,8 @@ class CheckReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"bundle": self.bundle, "ok": self.ok, "stack": self.stack, "uploadable": self.uploadable,
-                "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps]}
+                "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps],
+                "risks": [r.to_dict() for r in self.risks]}
 
 
 class _Runner:
@@ -362,6 +364,10 @@ def check_bundle(
         with r.step("structure") as s:
             manifest = _structure(root)
             s["detail"] = f"{len(manifest['files'])} files match MANIFEST.json (soarpack {manifest.get('soarpack_version')})"
+        if manifest:
+            from soarpack.bundle.risks import manifest_risks
+
+            report.risks = manifest_risks(manifest)
         with r.step("credentials") as s:
             scan_tree(root)
             s["detail"] = "no credential-looking file"
