@@ -249,3 +249,11 @@ def test_build_prints_the_risks_on_stderr_and_only_the_path_on_stdout(tmp_path):
     as_json = json.loads(CliRunner().invoke(app, ["build", "--profile", "fp8", "--no-wheels", "-o", str(out),
                                                   "--force", "--json"]).stdout)
     assert [r["name"] for r in as_json["risks"]] == ["profile-below-gate", "profile-flagged", "calib-builtin"]
+
+
+def test_a_manifest_from_before_evidence_was_recorded_gets_this_soarpacks_evidence_by_name():
+    old = {"profile": {"name": "safe"}, "quantize": {"recipe": "w4-full", "calib": ["calib/builtin.jsonl"]}}
+    assert _names(manifest_risks(old)) == ["recipe-below-gate", "calib-builtin"]
+    user = {"profile": {"name": "mine"}, "quantize": {"recipe": "recipe.toml", "recipe_name": "w4-full",
+                                                      "calib": ["calib/00-mine.jsonl"]}}
+    assert manifest_risks(user) == []  # a user's files: nothing known, nothing invented

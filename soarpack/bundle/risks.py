@@ -122,16 +122,32 @@ def evidence_record(recipe: Any, profile: Any) -> Dict[str, Any]:
             "profile": [e.model_dump() for e in getattr(profile, "evidence", ())]}
 
 
+def _builtin_evidence(what: str, name: str) -> List[Evidence]:
+    """This soarpack's evidence for a built-in recipe or profile by name; none for any other name."""
+    from soarpack.quant.recipe import list_recipes, load_recipe
+    from soarpack.serve.profiles import list_profiles, load_profile
+
+    if what == "recipe":
+        return list(load_recipe(name).evidence) if name in list_recipes() else []
+    return list(load_profile(name).evidence) if name in list_profiles() else []
+
+
 def manifest_risks(manifest: Dict[str, Any]) -> List[Risk]:
-    """The risks of a bundle from its MANIFEST.json (a bundle built before evidence was recorded has none of the
-    recipe's or profile's, only the calibration's that its file list shows)."""
+    """The risks of a bundle from its MANIFEST.json. A bundle built before evidence was recorded gets this
+    soarpack's evidence for its built-in recipe and profile names, and the calibration risk its file list shows."""
     quant = manifest.get("quantize") or {}
-    evidence = manifest.get("evidence") or {}
+    recipe = str(quant.get("recipe_name") or quant.get("recipe"))
+    profile = str((manifest.get("profile") or {}).get("name"))
+    if "evidence" in manifest:
+        evidence = manifest.get("evidence") or {}
+        recipe_evidence, profile_evidence = _evidence(evidence.get("recipe")), _evidence(evidence.get("profile"))
+    else:
+        recipe_evidence = _builtin_evidence("recipe", str(quant.get("recipe")))  # "recipe.toml" is a user file
+        profile_evidence = _builtin_evidence("profile", profile)
     calibration = quant.get("calibration")
     if calibration is None and quant.get("calib") == ["calib/builtin.jsonl"]:
         calibration = {"builtin": True}
-    return risks_of(str(quant.get("recipe_name") or quant.get("recipe")), _evidence(evidence.get("recipe")),
-                    str((manifest.get("profile") or {}).get("name")), _evidence(evidence.get("profile")), calibration)
+    return risks_of(recipe, recipe_evidence, profile, profile_evidence, calibration)
 
 
 def check_accepted(names: Iterable[str]) -> List[str]:
