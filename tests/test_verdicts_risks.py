@@ -136,7 +136,7 @@ def test_w4_full_names_its_measured_risk_with_source_and_c(tmp_path):
     assert built.manifest["evidence"]["recipe"][0]["acc_ori"] == 78.3
     assert [r["name"] for r in inspect_bundle(built.path)["risks"]] == ["recipe-below-gate"]
     text = CliRunner().invoke(app, ["inspect", str(built.path)]).stdout
-    assert line in text and "recipe knows platform: peer platform runs of full W4A16 g128" in text
+    assert line in text and "evidence     recipe: platform: peer platform runs of full W4A16 g128" in text
     report = check_bundle(built.path, rehearse=False)
     assert _names(report.risks) == ["recipe-below-gate"]
     assert report.to_dict()["risks"][0]["source"] == "docs/evidence.md#w4-full"

@@ -118,7 +118,7 @@ def inspect_cmd(
                     + ("; the built-in synthetic prompts" if asked.get("builtin") else ""))
     for what in ("recipe", "profile"):
         for entry in summary["evidence"].get(what) or []:
-            lines.append((f"{what} knows", Evidence.model_validate(entry).line()))
+            lines.append(("evidence", f"{what}: {Evidence.model_validate(entry).line()}"))
     for key, value in lines:
         typer.echo(f"{key:<12} {value}")
     _print_risks([Risk(**r) for r in summary["risks"]])
