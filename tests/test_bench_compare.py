@@ -37,15 +37,16 @@ def test_compare_table_formats_and_gate_exit(tmp_path):
     runner = CliRunner()
     only_good = runner.invoke(app, ["compare", *map(str, good)])
     assert only_good.exit_code == 0, only_good.output
-    assert only_good.stdout.splitlines()[1].split() == ["good", "100.00", "1", "100.00", "100.00", "100.00", "100.00", "pass"]
+    assert only_good.stdout.splitlines()[1].split() == ["good", "100.00", "+20.80", "100.00-100.00", "100.00", "1", "100.00", "100.00", "100.00", "100.00", "pass"]
 
     both = runner.invoke(app, ["compare", *map(str, good + weak), "--format", "csv"])
     assert both.exit_code == 1 and "below the accuracy gate" in both.output and "weak" in both.output
     rows = [line.split(",") for line in both.stdout.strip().splitlines()]
-    assert rows[0] == ["run", "accuracy", "C", "S1", "S8", "Smax", "final", "gate"]
+    assert rows[0] == ["run", "ori", "margin", "ci95", "accuracy", "C", "S1", "S8", "Smax", "final", "gate"]
     # S = 100 × best / ours, best the fastest run per tier: good's S1 is 100 × 5 / 10
-    assert rows[1][:7] == ["good", "100.00", "1", "50.00", "100.00", "100.00", "80.00"]
-    assert rows[2] == ["weak", "87.50", "0", "100.00", "100.00", "50.00", "0.00", "below"]
+    assert rows[1][4:10] == ["100.00", "1", "50.00", "100.00", "100.00", "80.00"] and rows[1][0] == "good"
+    assert rows[2][0] == "weak" and rows[2][1:3] == ["70.00", "-9.20"]
+    assert rows[2][4:] == ["87.50", "0", "100.00", "100.00", "50.00", "0.00", "below"]
 
     as_json = json.loads(runner.invoke(app, ["compare", *map(str, good + weak), "--format", "json"]).stdout)
     assert as_json["best_s"] == {"s1": 5.0, "s8": 20.0, "smax": 30.0}

@@ -2,7 +2,9 @@
 
 Files are grouped into runs by their label (`--label` of eval/bench), else by the served model id. Speed scores
 are relative: S = 100 × best / ours with `best` the fastest of the compared runs per tier (or the given best
-times), so the fastest run scores 100. A run is below the gate when its eval says C < 1 or is incomplete.
+times), so the fastest run scores 100. A run is below the gate when its eval says C < 1 or is incomplete; it is
+`at risk` when its ori passes but the 95 % interval of its ori (stratified by task, bench.scoring.Gate) reaches the
+79.2 full-credit line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 from soarpack.bench.competition import TIER_WEIGHTS, read_result, durations_from_bench, tier_score
 from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.scoring import c_factor
+from soarpack.bench.scoring import Gate, c_factor, gate_of_records, gate_of_total
 from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 
@@ -28,6 +30,7 @@ class Run:
     name: str
     files: List[str] = field(default_factory=list)
     accuracy: Optional[float] = None  # overall_accuracy of the eval
+    gate: Optional[Gate] = None  # ori_accuracy, its margin to 79.2 and 95 % interval
     c: Optional[float] = None
     eval_complete: Optional[bool] = None
     per_task: Dict[str, float] = field(default_factory=dict)
@@ -38,6 +41,11 @@ class Run:
     @property
     def below_gate(self) -> bool:
         return self.eval_complete is False or (self.c is not None and self.c < 1.0)
+
+    @property
+    def at_risk(self) -> bool:
+        """Passes on its point estimate, but the 95 % interval's lower bound is at or below the line."""
+        return not self.below_gate and self.gate is not None and self.gate.verdict == "at risk"
 
 
 def _kind(path: Path) -> str:
@@ -74,6 +82,7 @@ def load_runs(paths: Sequence[Path]) -> List[Run]:
             run.c = c_factor(run.accuracy)
             run.eval_complete = bool(data.get("complete"))
             run.per_task = {task: float(b["accuracy"]) for task, b in (data.get("per_task") or {}).items()}
+            run.gate = eval_gate(data)
         else:
             durations = durations_from_bench(path)
             if set(durations) & set(run.durations):
@@ -82,6 +91,16 @@ def load_runs(paths: Sequence[Path]) -> List[Run]:
             run.durations.update(durations)
         run.files.append(str(path))
     return list(runs.values())
+
+
+def eval_gate(data: dict) -> Gate:
+    """The gate of an eval result: from its scored rows of the selection (index < total), stratified by task; from
+    its ori and row count when the file holds no rows."""
+    records = [r for r in data.get("rows") or [] if isinstance(r, dict) and isinstance(r.get("index"), int)
+               and r["index"] < int(data.get("total", 0)) and "task" in r and "score" in r]
+    if records:
+        return gate_of_records(records)
+    return gate_of_total(float(data["ori_accuracy"]), int(data.get("scored", 0)))
 
 
 def score_runs(runs: List[Run], best: Optional[Dict[str, float]] = None) -> Dict[str, float]:
@@ -99,7 +118,7 @@ def score_runs(runs: List[Run], best: Optional[Dict[str, float]] = None) -> Dict
     return best
 
 
-COLUMNS = ("run", "accuracy", "C", "S1", "S8", "Smax", "final", "gate")
+COLUMNS = ("run", "ori", "margin", "ci95", "accuracy", "C", "S1", "S8", "Smax", "final", "gate")
 
 
 def _cells(run: Run) -> List[str]:
@@ -107,15 +126,20 @@ def _cells(run: Run) -> List[str]:
         return "-" if value is None else format(value, fmt)
 
     accuracy = num(run.accuracy) + ("" if run.eval_complete in (None, True) else " (incomplete)")
-    gate = "-" if run.c is None else ("below" if run.below_gate else "pass")
+    gate = "-" if run.c is None else ("below" if run.below_gate else "at risk" if run.at_risk else "pass")
     final = num(run.final) + (" (C=1 assumed)" if run.final is not None and run.c is None else "")
-    return [run.name, accuracy, num(run.c, "g"), *[num(run.scores.get(t)) for t in TIERS], final, gate]
+    g = run.gate
+    ori, margin = (num(g.ori), format(g.margin, "+.2f")) if g is not None else ("-", "-")
+    ci = f"{g.low:.2f}-{g.high:.2f}" if g is not None else "-"
+    return [run.name, ori, margin, ci, accuracy, num(run.c, "g"), *[num(run.scores.get(t)) for t in TIERS], final, gate]
 
 
 def render(runs: List[Run], fmt: str, best: Dict[str, float]) -> str:
     """The comparison as `table` (aligned text), `md`, `csv` or `json`."""
     if fmt == "json":
-        return json.dumps({"best_s": best, "runs": [{**asdict(r), "below_gate": r.below_gate} for r in runs]}, indent=2)
+        return json.dumps({"best_s": best, "runs": [{**asdict(r), "gate": r.gate.to_dict() if r.gate else None,
+                                                      "below_gate": r.below_gate, "at_risk": r.at_risk} for r in runs]},
+                          indent=2)
     rows = [list(COLUMNS)] + [_cells(r) for r in runs]
     if fmt == "csv":
         out = io.StringIO()

@@ -25,6 +25,11 @@ def print_eval(console: Console, report: dict) -> None:
     console.print(eval_table(report))
     console.print(f"ori_accuracy [bold]{report['ori_accuracy']:.2f}[/]   overall_accuracy [bold]{report['overall_accuracy']:.2f}[/]"
                   f"   C [bold]{report['c_factor']:g}[/]" + ("" if report["complete"] else "   [yellow](incomplete)[/]"))
+    records = [r for r in report.get("rows", []) if r.get("index", 0) < report["total"]]
+    if records:
+        from soarpack.bench.scoring import gate_of_records
+
+        console.print(f"gate: {gate_of_records(records).text()}", markup=False, highlight=False)
     if report.get("retried"):
         first = report["without_retries"]
         console.print(f"{report['retried']} row(s) needed a retry; without retries (as the platform runs): "

@@ -7,8 +7,10 @@ are matched against the raw prediction.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 MCQ_TASKS = frozenset({"mcq"})
 ANY_HIT_TASKS = frozenset({"niah", "qa", "lcx"})
@@ -79,3 +81,91 @@ def c_factor(overall: float) -> float:
     if overall <= 99.0:
         return 0.96
     return 1.0
+
+
+# -- the full-credit line and the uncertainty of a measured ori ------------------------------------------------
+
+Z95 = 1.959964  # two-sided 95 % of the normal distribution
+
+
+def full_credit_ori() -> float:
+    """The ori_accuracy above which C = 1: overall > 99 with overall = ori / baseline · 100 (79.2 for 80)."""
+    return round(99.0 * BASELINE_ACCURACY / 100.0, 4)
+
+
+def ori_interval(scores_by_task: Dict[str, Sequence[float]]) -> Tuple[float, float]:
+    """A 95 % interval for ori_accuracy (points), stratified by task: the run's tasks are strata with their row
+    counts as weights, each contributing its own sample variance (normal approximation). A task of one row counts
+    with the largest variance a score in [0, 1] can have (0.25); a task whose rows all scored alike adds no width,
+    which understates the uncertainty of a small slice."""
+    n = sum(len(s) for s in scores_by_task.values())
+    if not n:
+        return (0.0, 100.0)
+    mean = sum(sum(s) for s in scores_by_task.values()) / n
+    var = 0.0
+    for scores in scores_by_task.values():
+        k = len(scores)
+        if not k:
+            continue
+        m = sum(scores) / k
+        s2 = 0.25 if k == 1 else sum((x - m) ** 2 for x in scores) / (k - 1)
+        var += (k / n) ** 2 * s2 / k
+    half = Z95 * math.sqrt(var)
+    return (round(max(0.0, 100.0 * (mean - half)), 2), round(min(100.0, 100.0 * (mean + half)), 2))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Where a measured ori stands against the full-credit line: C, the margin, the 95 % interval."""
+
+    ori: float
+    rows: int
+    low: float
+    high: float
+    stratified: bool  # the interval is stratified by task (else binomial over all rows)
+
+    @property
+    def line(self) -> float:
+        return full_credit_ori()
+
+    @property
+    def margin(self) -> float:
+        return round(self.ori - self.line, 2)
+
+    @property
+    def c(self) -> float:
+        return c_factor(overall_accuracy(self.ori))
+
+    @property
+    def verdict(self) -> str:
+        """`below` (the point estimate gets C < 1), `at risk` (the interval reaches the line) or `pass`."""
+        if self.ori <= self.line:
+            return "below"
+        return "at risk" if self.low <= self.line else "pass"
+
+    def text(self) -> str:
+        how = "stratified by task" if self.stratified else "binomial, no per-task scores"
+        return (f"ori {self.ori:.2f}, margin {self.margin:+.2f} points to the {self.line:g} full-credit line, "
+                f"95% interval {self.low:.2f}-{self.high:.2f} ({how}, {self.rows} rows): C = {self.c:g}, "
+                f"{self.verdict}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ori": self.ori, "rows": self.rows, "line": self.line, "margin": self.margin, "ci95": [self.low, self.high],
+                "stratified": self.stratified, "c": self.c, "verdict": self.verdict}
+
+
+def gate_of_records(records: Iterable[Dict[str, Any]]) -> Gate:
+    """The gate of scored eval rows ({task, score} each), as ori_accuracy computes it."""
+    by_task: Dict[str, List[float]] = {}
+    for r in records:
+        by_task.setdefault(str(r["task"]), []).append(float(r["score"]))
+    scores = [x for s in by_task.values() for x in s]
+    low, high = ori_interval(by_task)
+    return Gate(ori_accuracy(scores), len(scores), low, high, True)
+
+
+def gate_of_total(ori: float, rows: int) -> Gate:
+    """The gate when only ori and the row count are known: a binomial interval over all rows."""
+    p = min(max(ori / 100.0, 0.0), 1.0)
+    half = 100.0 * Z95 * math.sqrt(p * (1 - p) / rows) if rows else 100.0
+    return Gate(ori, rows, round(max(0.0, ori - half), 2), round(min(100.0, ori + half), 2), False)

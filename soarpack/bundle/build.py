@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import soarpack
 from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
+from soarpack.bundle.risks import evidence_record, manifest_risks
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
@@ -48,10 +49,12 @@ class BuildResult:
     size: int
     manifest: Dict[str, Any]
     warnings: List[str] = field(default_factory=list)
+    risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk: what the verdicts will say
 
     def to_dict(self) -> Dict[str, Any]:
         m = {k: v for k, v in self.manifest.items() if k != "files"}
-        return {"path": str(self.path), "size": self.size, "warnings": self.warnings, "manifest": m}
+        return {"path": str(self.path), "size": self.size, "warnings": self.warnings,
+                "risks": [r.to_dict() for r in self.risks], "manifest": m}
 
 
 DEFAULT_NAME_GLOB = "soarpack-*.tar.gz"
@@ -113,25 +116,31 @@ def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
 
 
 def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any) -> tuple:
-    """(calibration files, held-out files) as the manifest names them; the rows, length and seed the recipe sets."""
+    """(calibration files, held-out files) as the manifest names them, and the rows asked for (what quantize
+    resolves on the platform: the recipe's, else the default) against the rows shipped, file by file."""
     from soarpack.quant.calib import read_examples, write_builtin_calibration
+    from soarpack.quant.calibinfo import file_rows
     from soarpack.quant.options import HELD_OUT_ROWS, CalibrationOverrides, resolve_calibration
 
     out_dir = stage / layout.CALIB_DIR
     out_dir.mkdir()
     settings, _ = resolve_calibration(CalibrationOverrides(rows=rows), rec.calibration)
+    asked, asked_by = resolve_calibration(CalibrationOverrides(), rec.calibration)  # no --rows reaches the platform
     write_builtin_calibration(out_dir / "heldout.jsonl", HELD_OUT_ROWS, settings.seed, settings.max_len, held_out=True)
     held_out = [f"{layout.CALIB_DIR}/heldout.jsonl"]
     if not calib:
         write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len)
-        return [f"{layout.CALIB_DIR}/builtin.jsonl"], held_out
-    names = []
-    for i, path in enumerate(calib):
-        read_examples(path)  # a broken line stops the build here, with file and line, not on the platform
-        name = f"{i:02d}-{Path(path).name}"
-        shutil.copyfile(path, out_dir / name)
-        names.append(f"{layout.CALIB_DIR}/{name}")
-    return names, held_out
+        names = [f"{layout.CALIB_DIR}/builtin.jsonl"]
+    else:
+        names = []
+        for i, path in enumerate(calib):
+            read_examples(path)  # a broken line stops the build here, with file and line, not on the platform
+            name = f"{i:02d}-{Path(path).name}"
+            shutil.copyfile(path, out_dir / name)
+            names.append(f"{layout.CALIB_DIR}/{name}")
+    origin = {"rows_asked": asked.rows, "asked_by": asked_by["rows"], "builtin": not calib,
+              "sources": [file_rows(stage / n, n) for n in names]}
+    return names, held_out, origin
 
 
 def _sglang(stage: Path, sglang_src: Union[str, Path], patches: Sequence[str]) -> Dict[str, Any]:
@@ -290,7 +299,8 @@ def build_bundle(
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
         log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
         _copy_sources(stage)
-        calib_names, held_out_names = _calibration(stage, calib, calib_rows, rec)
+        calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec)
+        log(calibration_line(calib_origin))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
@@ -314,7 +324,8 @@ def build_bundle(
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
             "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names,
-                         "held_out": held_out_names, "extra_args": []},
+                         "held_out": held_out_names, "extra_args": [], "calibration": calib_origin},
+            "evidence": evidence_record(rec, prof),
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
         }
@@ -335,5 +346,18 @@ def build_bundle(
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
     for w in warnings:
         log(f"warning: {w}")
-    return BuildResult(out_path, size, manifest, warnings)
+    risks = manifest_risks(manifest)
+    for risk in risks:
+        log(risk.line())
+    return BuildResult(out_path, size, manifest, warnings, risks)
+
+
+def calibration_line(origin: Dict[str, Any]) -> str:
+    """`calibration: 12 rows shipped of the 256 asked (by the recipe), from calib/00-mine.jsonl (12 rows)`."""
+    from soarpack.quant.calibinfo import where_from
+
+    shipped = sum(s["rows"] for s in origin["sources"])
+    by = {"recipe": "by the recipe", "default": "soarpack's default"}.get(origin["asked_by"], origin["asked_by"])
+    return (f"calibration: {shipped} rows shipped of the {origin['rows_asked']} asked ({by}), from "
+            + ("the built-in synthetic prompts, " if origin["builtin"] else "") + where_from(origin["sources"]))
 

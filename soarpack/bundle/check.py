@@ -69,6 +69,7 @@ class CheckReport:
     steps: List[Step] = field(default_factory=list)
     stack: str = IMAGE_STACK
     logs: Optional[str] = None  # where a failed rehearsal's logs were kept (soarpack.bundle.keptlogs)
+    risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk, from the MANIFEST (issue 25)
 
     @property
     def ok(self) -> bool:
@@ -95,7 +96,7 @@ class CheckReport:
     def to_dict(self) -> Dict[str, Any]:
         return {"bundle": self.bundle, "ok": self.ok, "stack": self.stack, "uploadable": self.uploadable,
                 "not_uploadable_because": self.not_uploadable_because, "steps": [asdict(s) for s in self.steps],
-                "logs": self.logs}
+                "logs": self.logs, "risks": [r.to_dict() for r in self.risks]}
 
 
 class _Runner:
@@ -364,6 +365,10 @@ def check_bundle(
         with r.step("structure") as s:
             manifest = _structure(root)
             s["detail"] = f"{len(manifest['files'])} files match MANIFEST.json (soarpack {manifest.get('soarpack_version')})"
+        if manifest:
+            from soarpack.bundle.risks import manifest_risks
+
+            report.risks = manifest_risks(manifest)
         with r.step("credentials") as s:
             scan_tree(root)
             s["detail"] = "no credential-looking file"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from soarpack.bundle.manifest import MANIFEST_NAME
+from soarpack.bundle.risks import manifest_risks
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import sha256_file
@@ -58,7 +59,8 @@ def _read_manifest_and_calib(path: Path) -> tuple:
 
 
 def inspect_bundle(path: str | Path) -> Dict[str, Any]:
-    """Profile, recipe, calibration (rows and sources), server args, wheels, sha256 and versions of a bundle."""
+    """Profile, recipe, calibration (rows and sources), server args, wheels, sha256, versions, the evidence the build
+    recorded and the risks it implies (soarpack.bundle.risks)."""
     path = Path(path)
     manifest, calib = _read_manifest_and_calib(path)
     profile = manifest.get("profile") or {}
@@ -83,4 +85,6 @@ def inspect_bundle(path: str | Path) -> Dict[str, Any]:
         "wheels": {"count": len(wheels.get("files", [])), "source": wheels.get("source")},
         "files": len(manifest.get("files", {})),
         "content_sha256": manifest.get("content_sha256"),
+        "evidence": manifest.get("evidence") or {"recipe": [], "profile": []},
+        "risks": [r.to_dict() for r in manifest_risks(manifest)],
     }

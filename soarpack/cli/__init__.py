@@ -117,7 +117,7 @@ def _register_all() -> None:
     app.registered_commands.sort(key=lambda info: rank.get(info.name, len(rank)))
 
 
-WORKFLOW = ("tiny-model", "calib", "quantize", "verify", "serve-check", "profiles", "args", "build", "inspect", "check",
+WORKFLOW = ("tiny-model", "calib", "quantize", "verify", "serve-check", "recipes", "profiles", "args", "build", "inspect", "check",
             "eval", "bench", "speedset", "score", "compare", "rehearse-server", "diagnose")
 
 

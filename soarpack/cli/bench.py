@@ -160,7 +160,10 @@ def eval_cmd(
     print_eval(_table_console(as_json), report)
     _say(f"wrote {output}")
     if as_json:
-        typer.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
+        from soarpack.bench.compare import eval_gate
+
+        typer.echo(json.dumps({**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()},
+                              indent=2))
     if report["failed"]:
         raise IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
                                  "(they score 0, as on the platform)",
@@ -345,7 +348,11 @@ def compare_cmd(
     best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 time."),
     best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax time."),
 ) -> None:
-    """Runs side by side: accuracy, C, S1/S8/Smax, final. Exit 1 when a run is below the gate (C < 1).
+    """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final. Exit 1 if a run is below the gate.
+
+    ori is the eval's ori_accuracy, margin its distance to the 79.2 full-credit line, ci95 a 95% interval
+    stratified by task. gate: below (ori <= 79.2, C < 1, or an incomplete eval: exit 1), at risk (the
+    interval reaches 79.2: exit 0, but one rerun may land below), or pass.
 
     RESULTS are the JSON files of soarpack eval and bench, grouped into runs by their --label (else the served
     model). S = 100 x best / ours with best the fastest compared run's time (or --best-*).
@@ -366,6 +373,9 @@ def compare_cmd(
 
         _say(f"wrote {write_chart(runs, chart)}")
     typer.echo(render(runs, fmt.value, best) if fmt.value == "json" else printable(render(runs, fmt.value, best), keep="\n"))
+    for run in runs:
+        if run.at_risk:
+            _say(f"at risk: {run.name}: {run.gate.text()}")
     below = [r.name for r in runs if r.below_gate]
     if below:
         raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",

@@ -66,6 +66,8 @@ def build_cmd(
         return
     if not wheels:
         err_console.print("[bold yellow]NOTE:[/] built with --no-wheels: this bundle cannot quantize on the platform.", highlight=False)
+    if not result.risks:
+        _print_risks([], echo=log)  # the risk lines themselves came with the build's log
     err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
                       f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
                       markup=False, highlight=False)
@@ -96,13 +98,16 @@ def inspect_cmd(
         view = platform_steps(_bundle_or_newest(bundle))
         typer.echo(json.dumps(view, indent=2) if as_json else "\n".join(render_steps(view)))
         return
+    from soarpack.bundle.risks import Risk
     from soarpack.bundle.summary import inspect_bundle
+    from soarpack.evidence import Evidence
 
     summary = inspect_bundle(_bundle_or_newest(bundle))
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    q = {k: v for k, v in summary["quantize"].items() if k not in ("recipe", "recipe_name") and v not in ([], None, {})}
+    q = {k: v for k, v in summary["quantize"].items()
+         if k not in ("recipe", "recipe_name", "calibration") and v not in ([], None, {})}
     lines = [
         ("bundle", f"{summary['path']} ({summary['size'] / 1e6:.1f} MB, {summary['files']} files)"),
         ("sha256", summary["sha256"]),
@@ -117,8 +122,25 @@ def inspect_cmd(
                                                  if summary["sglang"]["fork_commit"] else "")),
         ("wheels", f"{summary['wheels']['count']} ({summary['wheels']['source']})"),
     ]
+    asked = summary["quantize"].get("calibration") or {}
+    if "rows_asked" in asked:
+        i = [key for key, _ in lines].index("calibration")
+        lines[i] = (lines[i][0], lines[i][1] + f", of the {asked['rows_asked']} asked ({asked['asked_by']})"
+                    + ("; the built-in synthetic prompts" if asked.get("builtin") else ""))
+    for what in ("recipe", "profile"):
+        for entry in summary["evidence"].get(what) or []:
+            lines.append(("evidence", f"{what}: {Evidence.model_validate(entry).line()}"))
     for key, value in lines:
         typer.echo(f"{key:<12} {printable(value)}")
+    _print_risks([Risk(**r) for r in summary["risks"]])
+
+
+def _print_risks(risks, echo=typer.echo) -> None:
+    """One line per risk, with its evidence (build, check and inspect print them alike)."""
+    for risk in risks:
+        echo(risk.line())
+    if not risks:
+        echo("risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)")
 
 
 _STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}  # same visible width
@@ -135,12 +157,20 @@ def check_cmd(
     dev_stack: bool = typer.Option(False, "--dev-stack",
                                    help="Rehearse on this environment's Python instead of the image's stack "
                                         "(CPython 3.10, torch 2.9.1): faster, but no proof for the platform."),
+    accept_risk: Optional[List[str]] = typer.Option(None, "--accept-risk", metavar="NAME",
+                                                    help="Upload although this risk (a name the risk lines "
+                                                         "print) blocks; repeatable. It is still printed."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 for any risk not accepted, not only a "
+                                                        "measured ori at or below 79.2."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
 ) -> None:
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
 
-    Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack.
+    Then the risks to the score, one line each with its evidence, and the verdict: uploadable, uploadable
+    with N risks, or NOT uploadable. Exit 0 only when the bundle is uploadable: every rehearsal step passed on
+    the image's stack, and no recipe or profile of it was measured at or below ori 79.2 (C < 1) unless
+    --accept-risk names that risk.
 
     Example:
 
@@ -148,8 +178,10 @@ def check_cmd(
       soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
     """
     from soarpack.bundle.check import check_bundle
+    from soarpack.bundle.risks import check_accepted, verdict
     from soarpack.imagestack import describe_versions
 
+    accepted = check_accepted(accept_risk or [])
     sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
     bundle = _bundle_or_newest(bundle)
     status_line = None
@@ -179,19 +211,21 @@ def check_cmd(
 
     report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_src, work_dir=keep, keep=keep is not None,
                           dev_stack=dev_stack, log=show, note=note, started=started)
+    line, upload = verdict(report.not_uploadable_because, report.risks, accepted, strict)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps({**report.to_dict(), "verdict": line, "accepted_risks": accepted,
+                               "upload": upload}, indent=2))
     else:
         counts = {k: sum(s.status == k for s in report.steps) for k in ("pass", "fail", "skip")}
         tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
-        why = report.not_uploadable_because
-        typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({printable(why)}): {tally}")
+        _print_risks(report.risks)
+        typer.echo(f"{line} -- {tally}")
     if report.logs and not as_json:
         from soarpack.bundle.keptlogs import diagnose_command
 
         err_console.print(f"the failed rehearsal's logs are kept in {report.logs}; read them with: "
                           f"{diagnose_command(report.logs)}", markup=False, highlight=False, soft_wrap=True)
-    if not report.uploadable:
+    if not upload:
         raise typer.Exit(1)
 
 

@@ -1,4 +1,4 @@
-"""CLI commands of soarpack.quant: `quantize`, `verify`, `calib`. Logic lives in soarpack.quant."""
+"""CLI commands of soarpack.quant: `quantize`, `verify`, `calib`, `recipes`. Logic lives in soarpack.quant."""
 
 from __future__ import annotations
 
@@ -53,7 +53,28 @@ def quantize_cmd(
 ) -> None:
     """GPTQ-quantize MODEL_DIR with a recipe into OUT, ready for SGLang's gptq_marlin.
 
-    The report is written to OUT/soarpack_quant_report.json.
+    The report is written to OUT/soarpack_quant_report.json. It and the
+    terminal say how many calibration rows were used of the rows asked for.
+
+    The quality measures it prints, on the held-out rows (none of them is an
+    accuracy; what soarpack measured is in benchmarks/RESULTS.md):
+
+    \b
+      sanity loss    the original model's next-token loss in nats; the run
+                     stops above --max-sanity-loss. A random model sits near
+                     ln(vocab) = 11.2. Unknown on the real model.
+      KL mean / max  KL(original || quantized) per token, mean and worst.
+                     Measured: 7.4e-4 / 2.3e-3 (w4-full, random weights,
+                     32 layers; RESULTS.md 2). Unknown on the real model.
+      top-1          share of tokens where both models rank the same next
+      agreement      token first: 0.26-0.45 on random weights, where it
+                     means little. Unknown on the real model.
+      rel. error     per module, norm(dequantized W - W) / norm(W); verify
+                     refuses above 0.3 at 4 bits, 0.03 at 8 bits. Not in
+                     RESULTS.md; unknown on the real model.
+      GPTQ loss      GPTQModel's per-module loss; peers found it does not
+                     predict task sensitivity (docs/evidence.md). Unknown
+                     on the real model.
 
     Example: soarpack quantize MiniCPM-SALA sala-w4 --recipe w4-mlp
     """
@@ -121,6 +142,11 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
             loss = losses.get(name)
             worst.add_row(name, f"{err:.4f}", "" if loss is None else f"{loss:.3g}")
         console.print(worst)
+    cal = result.calibration
+    if "rows_used" in cal:
+        from soarpack.quant.calibinfo import rows_line, where_from
+
+        typer.echo(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"], where_from(cal["sources"], cal["builtin"])))
     for note in result.notes:
         typer.echo(f"note: {printable(note)}")
     typer.echo(f"report: {printable(out_dir / REPORT_FILE)}\nlog: {printable(log)}")
@@ -203,13 +229,61 @@ def calib_cmd(
 
     data = build_calibration(files or None, load_tokenizer(tokenizer), rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
     summary = summarize(data, max_len)
+    from soarpack.quant.calibinfo import rows_line, shortfall, sources_of, where_from
+
+    asked_by = "default" if rows == _CAL.rows else "-n"
+    summary.update(rows_asked=rows, asked_by=asked_by, builtin=not files, sources=sources_of(files or []))
+    where = where_from(summary["sources"], summary["builtin"])
     if write_builtin:
         write_builtin_calibration(write_builtin, rows, seed, max_len)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    typer.echo(f"{summary['rows']} rows, {summary['tokens']} tokens (min {summary['min_len']}, median "
-               f"{summary['median_len']}, max {summary['max_len']}), {summary['truncated']} left-truncated")
+    typer.echo(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
+               f"{summary['min_len']}, median {summary['median_len']}, max {summary['max_len']}), "
+               f"{summary['truncated']} left-truncated")
+    short = shortfall(summary["rows"], rows, asked_by, where)
+    if short:
+        typer.echo(f"note: {short}")
     typer.echo("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
     for bucket, n in summary["length_histogram"].items():
         typer.echo(f"  {bucket:>11} {n:5d} {'#' * min(n, 60)}")
+
+
+@command("recipes")
+def recipes_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="NAME", help="Print this built-in recipe's TOML.",
+                                         show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print the recipes and their evidence as JSON."),
+) -> None:
+    """The built-in quantization recipes and what is known about each, with its source.
+
+    Without NAME: every recipe, its description and its evidence (what peers measured on the platform, what
+    soarpack measured, or that nothing was). With NAME: that recipe's TOML, to copy and edit.
+
+    Example:
+
+    \b
+      soarpack recipes
+      soarpack recipes w4-mlp > mine.toml
+    """
+    from soarpack.quant.recipe import list_recipes, load_recipe
+    from soarpack.recipe_files import RECIPES_DIR
+
+    if name is not None:
+        recipe = load_recipe(name)  # a name that is not a built-in stops here with the list
+        if recipe.source != f"{name}.toml" or not (RECIPES_DIR / f"{name}.toml").is_file():
+            raise ConfigError(f"{name!r} is not a built-in recipe name", f"built-in recipes: {', '.join(list_recipes())}")
+        typer.echo((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
+        return
+    recipes = [load_recipe(n) for n in list_recipes()]
+    if as_json:
+        typer.echo(json.dumps([{"name": r.name, "description": r.description,
+                                "evidence": [e.model_dump() for e in r.evidence]} for r in recipes], indent=2))
+        return
+    for r in recipes:
+        typer.echo(f"{r.name}: {r.description}")
+        for e in r.evidence:
+            typer.echo(f"    {e.line()}")
+        if not r.evidence:
+            typer.echo("    no evidence recorded")

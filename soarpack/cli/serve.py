@@ -163,7 +163,10 @@ def args_cmd(
 
 @command("profiles")
 def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The serving profiles: recipe, patches, fallback, and what each is for.
+    """The serving profiles: recipe, patches, fallback, what each is for, and what is known about it.
+
+    Each evidence line gives what peers measured on the platform, what soarpack measured, or that nothing
+    was, with its source (docs/evidence.md).
 
     Example:
 
@@ -180,6 +183,10 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         mark = " (default)" if p.name == DEFAULT_PROFILE else ""
         typer.echo(f"{p.name}{mark}: recipe {p.recipe}, patches [{', '.join(p.patches)}], fallback {p.fallback or '-'}")
         typer.echo(f"    {p.description}")
+        for e in p.evidence:
+            typer.echo(f"    evidence {e.line()}")
+        if not p.evidence:
+            typer.echo("    evidence: none recorded")
 
 
 @command("serve-check")

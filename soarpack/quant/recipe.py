@@ -36,6 +36,7 @@ from pydantic import Field
 
 from soarpack import recipe_files
 from soarpack.errors import ConfigError
+from soarpack.evidence import Evidence, load_evidence
 from soarpack.quant.options import CalibrationOverrides
 from soarpack.quant.schema import StrictModel, validated
 from soarpack.recipe_files import builtin_names, read_toml
@@ -143,6 +144,7 @@ class Recipe:
     description: str = ""
     source: Optional[str] = field(default=None, compare=False)
     calibration: Optional[CalibrationOverrides] = None  # the `[calibration]` table: what the recipe sets
+    evidence: Tuple[Evidence, ...] = field(default=(), compare=False)  # `[[evidence]]`: what is known about it
 
     @property
     def base(self) -> ModuleQuant:
@@ -361,7 +363,7 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
     rules = tuple(_parse_rule(r, f"{where} rule {k + 1}") for k, r in enumerate(rules_raw))
     return Recipe(name=str(q.get("name", default_name)), bits=bits, group_size=group_size, sym=True,
                   desc_act=desc_act, damp=float(damp), rules=rules, description=str(q.get("description", "")),
-                  source=source, calibration=calibration)
+                  source=source, calibration=calibration, evidence=tuple(load_evidence(data, where)))
 
 
 def list_recipes() -> List[str]:

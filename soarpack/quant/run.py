@@ -49,7 +49,7 @@ class QuantizeResult:
     modules: Dict[str, str] = field(default_factory=dict)  # every decoder linear: "4-bit g128" or "16-bit (kept)"
     settings: Dict[str, Any] = field(default_factory=dict)  # every option of the run, as given
     versions: Dict[str, str] = field(default_factory=dict)  # soarpack, python and the libraries that did the work
-    notes: List[str] = field(default_factory=list)  # fallbacks taken (a JIT build, the GLA backend)
+    notes: List[str] = field(default_factory=list)  # fallbacks taken (a JIT build, the GLA backend), rows short
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -85,6 +85,7 @@ class Run:
 class CalibrationData:
     rows: List[List[int]]
     held_out: List[List[int]]
+    origin: Dict[str, Any] = field(default_factory=dict)  # rows asked and used, and the files they came from
 
 
 @dataclass
@@ -147,7 +148,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 out_dir=out_dir.name, recipe=run.recipe.name, device=run.device, rows=len(data.rows),
                 held_out_rows=len(data.held_out), quantized_modules=n_quantized,
                 skipped_modules=n_planned - n_quantized, sanity_loss=round(sanity.loss, 5),
-                calibration={**run.calibration.model_dump(), "set_by": run.sources},
+                calibration={**run.calibration.model_dump(), "set_by": run.sources, **data.origin},
                 timings={k: round(v, 3) for k, v in log.timings.items()},
                 gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality,
                 gla=sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(opts),
@@ -181,12 +182,14 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     log.info("check", f"recipe {recipe.name}: {recipe.bits}-bit g{recipe.group_size} sym={recipe.sym} "
              f"desc_act={recipe.desc_act} damp={recipe.damp}; {len(recipe.render_dynamic(config))} dynamic rule(s); "
              f"device {device}; engine {opts.engine}; calibration "
-             + ", ".join(f"{k} {v} ({sources[k]})" for k, v in calibration.model_dump().items()))
+             + ", ".join(f"{'rows asked' if k == 'rows' else k} {v} ({sources[k]})"
+                         for k, v in calibration.model_dump().items()))
     return Run(config, recipe, calibration, sources, device)
 
 
 def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "RunLog") -> CalibrationData:
     from soarpack.quant.calib import build_calibration, build_held_out
+    from soarpack.quant.calibinfo import rows_line, shortfall, where_from
     from soarpack.sala.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
@@ -195,10 +198,24 @@ def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "
                              dense_len=run.config.dense_len)
     held = build_held_out(opts.held_out, tokenizer, rows=opts.held_out_rows, max_len=c.max_len, seed=c.seed,
                           calibration=rows, dense_len=run.config.dense_len)
-    data = CalibrationData([r.ids for r in rows], [r.ids[-HELD_OUT_MAX_LEN:] for r in held])
-    log.info("calibration", f"{len(data.rows)} calibration rows, {sum(map(len, data.rows))} tokens; "
+    data = CalibrationData([r.ids for r in rows], [r.ids[-HELD_OUT_MAX_LEN:] for r in held],
+                           calibration_origin(opts.calib, len(rows), c.rows, run.sources["rows"]))
+    where = where_from(data.origin["sources"], data.origin["builtin"])
+    log.info("calibration", f"{rows_line(len(data.rows), c.rows, run.sources['rows'], where)}; "
+             f"{sum(map(len, data.rows))} tokens; "
              f"{len(data.held_out)} held-out rows ({'files' if opts.held_out else 'built-in'}), disjoint")
+    short = shortfall(len(data.rows), c.rows, run.sources["rows"], where)
+    if short:
+        log.note("calibration", short)
     return data
+
+
+def calibration_origin(paths: Optional[Sequence[Path]], used: int, asked: int, asked_by: str) -> Dict[str, Any]:
+    """For the report: rows asked (and by whom), rows used, and the files they came from (or the built-in)."""
+    from soarpack.quant.calibinfo import sources_of
+
+    return {"rows_asked": asked, "asked_by": asked_by, "rows_used": used, "builtin": not paths,
+            "sources": sources_of(paths or [])}
 
 
 def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, opts: QuantizeOptions,

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from soarpack.errors import ConfigError
 from soarpack import recipe_files
+from soarpack.evidence import Evidence, load_evidence
 from soarpack.recipe_files import builtin_names, read_toml
 
 # "safe" is what passed the accuracy gate on the platform (82.18). "fp8" is faster on paper, but every peer run of
@@ -39,6 +40,7 @@ class Profile:
     fallback: Optional[str] = None
     description: str = ""
     source: Optional[str] = field(default=None, compare=False)
+    evidence: List[Evidence] = field(default_factory=list, compare=False)  # `[[evidence]]`: what is known about it
 
     def args_string(self) -> str:
         """SGLANG_SERVER_ARGS: the args joined with shell quoting (the platform splits on spaces)."""
@@ -54,6 +56,7 @@ class Profile:
             "fallback": self.fallback,
             "description": self.description,
             "source": self.source,
+            "evidence": [e.model_dump() for e in self.evidence],
         }
 
 
@@ -91,6 +94,7 @@ def profile_from_dict(data: Dict[str, Any], *, name: str, source: Optional[str] 
         fallback=fallback or None,
         description=" ".join(description.split()),
         source=source,
+        evidence=load_evidence(data, where),
     )
 
 

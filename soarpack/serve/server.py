@@ -10,7 +10,6 @@ nobody here has run it against the real server.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
@@ -127,23 +126,22 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
 
 
 def c_cliff_ori() -> float:
-    """The ori_accuracy above which C = 1: overall > 99 with overall = ori / baseline · 100 (79.2 for 80)."""
-    from soarpack.bench.scoring import BASELINE_ACCURACY
+    """The ori_accuracy above which C = 1 (79.2): soarpack.bench.scoring.full_credit_ori."""
+    from soarpack.bench.scoring import full_credit_ori
 
-    return round(99.0 * BASELINE_ACCURACY / 100.0, 4)
+    return full_credit_ori()
 
 
-def gate_line(ori: float, rows: int) -> str:
-    """C, the margin to the cliff in points and in standard errors of a slice of `rows` rows."""
-    from soarpack.bench.scoring import c_factor, overall_accuracy
+def gate_line(ori: float, rows: int, records: Optional[Sequence[dict]] = None) -> str:
+    """C, the margin to the cliff in points and the 95 % interval of a slice of `rows` rows: stratified by task
+    when the scored `records` are given, else binomial (soarpack.bench.scoring.Gate)."""
+    from soarpack.bench.scoring import c_factor, gate_of_records, gate_of_total, overall_accuracy
 
-    cliff = c_cliff_ori()
-    margin = ori - cliff
-    p = min(max(ori / 100.0, 0.0), 1.0)
-    stderr = 100.0 * math.sqrt(p * (1 - p) / rows) if rows else float("inf")
-    spread = f"{margin / stderr:+.1f} standard errors of a {rows}-row slice" if stderr > 0 else f"{rows} rows"
-    return (f"expected C = {c_factor(overall_accuracy(ori))}: ori_accuracy {ori:.2f}, margin {margin:+.2f} points to "
-            f"the {cliff} cliff ({spread}; identical BF16 runs vary by 2-3 points)")
+    gate = gate_of_records(records) if records else gate_of_total(ori, rows)
+    how = "stratified by task" if gate.stratified else "binomial"
+    return (f"expected C = {c_factor(overall_accuracy(ori))}: ori_accuracy {ori:.2f}, margin {ori - gate.line:+.2f} "
+            f"points to the {gate.line:g} cliff (95% interval {gate.low:.2f}-{gate.high:.2f}, {how}, {gate.rows} rows: "
+            f"{gate.verdict}; identical BF16 runs vary by 2-3 points)")
 
 
 # -- the rehearsal -------------------------------------------------------------------------------------------
@@ -214,7 +212,7 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
     # Speed against this run itself (S = 100 per tier): a short bench is no match for the platform's best.
     score = final_score(durations, durations, ev["overall_accuracy"])
     atomic_write_json(out_dir / "score.json", score)
-    gate = gate_line(ev["ori_accuracy"], ev["scored"])
+    gate = gate_line(ev["ori_accuracy"], ev["scored"], [r for r in ev.get("rows", []) if r.get("index", 0) < ev["total"]])
     failed = [name for name, t in bench.get("tiers", {}).items() if t.get("failed")]
     ok = ev["complete"] and not ev["errors"] and not failed and ev["c_factor"] == 1.0
     summary = (f"server ready in {server.ready_s:.0f} s; eval {ev['scored']}/{ev['total']} rows, "
