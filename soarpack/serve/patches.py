@@ -311,7 +311,7 @@ def apply_patches(
         return report
     with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
         # An output inside the source (allowed while it replaces nothing) must not be copied into itself.
-        own = {Path(os.path.realpath(p)) for p in (tmp, out)}
+        own = {Path(os.path.realpath(p)) for p in (tmp, out, f"{tmp}.lock")}
 
         def skip(folder: str, names: List[str]) -> List[str]:
             return [n for n in names if n == "__pycache__" or Path(os.path.realpath(os.path.join(folder, n))) in own]
