@@ -97,14 +97,21 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def ensure_writable_output(target: str | os.PathLike, *, what: str = "output",
-                           inputs: Iterable[str | os.PathLike] = (), make_parent: bool = False) -> Path:
+                           inputs: Iterable[str | os.PathLike] = (), make_parent: bool = False,
+                           replaced: Iterable[str | os.PathLike] = ()) -> Path:
     """Fail before any work when `target` cannot be written as a file: a folder, a missing (unless make_parent) or
-    read-only parent, or one of `inputs` (see refuse_overlap).
+    read-only parent, one of `inputs` (see refuse_overlap), or a path inside a folder the run `replaced` at its end
+    (a log inside the checkpoint it writes would vanish with the old checkpoint).
 
     Probes with a real temporary file beside the target, so read-only mounts and permission bits are both caught.
     """
     target = Path(target)
     refuse_overlap(target, inputs, what=what)
+    real = Path(os.path.realpath(target))
+    for folder in replaced:
+        if Path(os.path.realpath(folder)) in real.parents:
+            raise SoarpackError(f"{what} {target} is inside {folder}, which this run replaces when it ends",
+                                f"write it beside {folder} instead (or anywhere outside it)")
     if target.is_dir():
         raise SoarpackError(f"{what} {target} is a directory", "give a file path")
     parent = target.parent if str(target.parent) else Path(".")
@@ -745,23 +752,30 @@ def remove_stale_temps(target: str | os.PathLike, log: Callable[[str], None]) ->
             if fd is None:
                 continue
             try:
-                record = _read_record(lock)
-                if ".journal" in suffixes:
-                    log(f"{_recover_journal(base + '.journal')} (a run, pid {record.get('pid', '?')}, was killed "
-                        "while replacing it)")
-                if "" in suffixes and os.path.lexists(base):
-                    line = _dead_run_line(base, target, record)
-                    _discard(base)
-                    log(line)
-                    removed.append(Path(base))
-                for suffix in suffixes - {"", ".lock", ".journal"}:
-                    _discard(base + suffix)
-                os.unlink(lock)
+                _clean_dead_run(base, suffixes, target, lock, log, removed)
+            except OSError as exc:
+                _say_once(log, f"could not clean up {base} ({exc.strerror or exc}); left alone")
             finally:
                 os.close(fd)
         elif "" in suffixes:
             _legacy_temp(Path(base), target, log, removed)
     return removed
+
+
+def _clean_dead_run(base: str, suffixes: set, target: Path, lock: str, log: Callable[[str], None],
+                    removed: list) -> None:
+    record = _read_record(lock)
+    if ".journal" in suffixes:
+        log(f"{_recover_journal(base + '.journal')} (a run, pid {record.get('pid', '?')}, was killed "
+            "while replacing it)")
+    if "" in suffixes and os.path.lexists(base):
+        line = _dead_run_line(base, target, record)
+        _discard(base)
+        log(line)
+        removed.append(Path(base))
+    for suffix in suffixes - {"", ".lock", ".journal"}:
+        _discard(base + suffix)
+    os.unlink(lock)
 
 
 def _legacy_temp(tmp: Path, target: Path, log: Callable[[str], None], removed: list) -> None:
@@ -783,8 +797,12 @@ def _legacy_temp(tmp: Path, target: Path, log: Callable[[str], None], removed: l
         _say_once(log, f"{tmp} belongs to a run on host {owner.get('host')} (pid {owner.get('pid')}); left alone")
 
 
-def _stderr_line(msg: str) -> None:
+def note_line(msg: str) -> None:
+    """The default `log` of cleanup: one `note:` line on stderr."""
     print(f"note: {msg}", file=sys.stderr, flush=True)
+
+
+_stderr_line = note_line
 
 
 def check_output_dir(target: str | os.PathLike, force: bool) -> Path:

@@ -65,6 +65,9 @@ def build_cmd(
         return
     if not wheels:
         err_console.print("[bold yellow]NOTE:[/] built with --no-wheels: this bundle cannot quantize on the platform.", highlight=False)
+    if result.placed == "up-to-date":
+        err_console.print(f"{result.path} is up to date: these very bytes were already there", markup=False,
+                          highlight=False)
     err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
                       f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
                       markup=False, highlight=False)
