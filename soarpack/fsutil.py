@@ -123,7 +123,8 @@ def ensure_writable_output(target: str | os.PathLike, *, what: str = "output",
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{target.name}.probe-", dir=parent)
         os.close(fd)
-        os.unlink(probe)
+        with contextlib.suppress(FileNotFoundError):  # a cleanup may take a probe for a killed run's
+            os.unlink(probe)
     except OSError as exc:
         raise SoarpackError(f"{what} {target} cannot be written: {exc.strerror or exc}",
                             "choose a writable location") from None
@@ -136,7 +137,9 @@ def _probe_writable_folder(folder: Path, target: Path, what: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=existing))
+        probe = tempfile.mkdtemp(prefix=f".{target.name}.probe-", dir=existing)
+        with contextlib.suppress(FileNotFoundError):  # a cleanup may take a probe for a killed run's
+            os.rmdir(probe)
     except OSError as exc:
         raise SoarpackError(f"{what} {target} cannot be written: {exc.strerror or exc}",
                             "choose a writable location") from None
@@ -698,10 +701,14 @@ def temp_owner(folder: str | os.PathLike) -> Optional[tuple[Dict[str, Any], str]
     """(owner record, state) when `folder` is an unfinished run's temp output, else None. The lock file beside it
     decides the state; a marker alone (a copy, or a folder made before locks) falls back to `owner_state`."""
     folder = Path(folder)
-    state = lock_state(f"{folder}.lock")
+    base = str(folder)
+    head, sep, tail = folder.name.rpartition(".tmp-")
+    if sep and head.startswith(".") and "." in tail:  # `.OUT.tmp-ID.old`: the aside of a journaled swap
+        base = str(folder.with_name(f"{head}{sep}{tail.split('.', 1)[0]}"))
+    state = lock_state(f"{base}.lock")
     marker = read_incomplete_marker(folder) if folder.is_dir() else None
     if state is not None:
-        return {**(marker or {}), **_read_record(f"{folder}.lock")}, state
+        return {**(marker or {}), **_read_record(f"{base}.lock")}, state
     if marker is not None:
         return marker, owner_state(marker)
     return None
@@ -739,6 +746,7 @@ def remove_stale_temps(target: str | os.PathLike, log: Callable[[str], None]) ->
     outputs; return what was removed. A temp whose lock a live process holds (any PID namespace) is kept."""
     target = Path(target)
     removed = []
+    _remove_stale_probes(target)
     for base, suffixes in sorted(_temp_groups(target).items()):
         lock = f"{base}.lock"
         if ".lock" in suffixes:
@@ -760,6 +768,17 @@ def remove_stale_temps(target: str | os.PathLike, log: Callable[[str], None]) ->
         elif "" in suffixes:
             _legacy_temp(Path(base), target, log, removed)
     return removed
+
+
+def _remove_stale_probes(target: Path) -> None:
+    """Writability probes (`.TARGET.probe-*`) are empty and live for two calls; one left behind was killed."""
+    parent = target.parent if str(target.parent) else Path(".")
+    for probe in parent.glob(f".{target.name}.probe-*"):
+        with contextlib.suppress(OSError):
+            if probe.is_dir() and not probe.is_symlink():
+                probe.rmdir()  # only when empty
+            elif probe.is_file() and probe.stat().st_size == 0:
+                probe.unlink()
 
 
 def _clean_dead_run(base: str, suffixes: set, target: Path, lock: str, log: Callable[[str], None],
