@@ -747,6 +747,7 @@ def remove_stale_temps(target: str | os.PathLike, log: Callable[[str], None]) ->
     target = Path(target)
     removed = []
     _remove_stale_probes(target)
+    _restore_legacy_aside(target, log)
     for base, suffixes in sorted(_temp_groups(target).items()):
         lock = f"{base}.lock"
         if ".lock" in suffixes:
@@ -768,6 +769,22 @@ def remove_stale_temps(target: str | os.PathLike, log: Callable[[str], None]) ->
         elif "" in suffixes:
             _legacy_temp(Path(base), target, log, removed)
     return removed
+
+
+def _restore_legacy_aside(target: Path, log: Callable[[str], None]) -> None:
+    """Before placements were exchanges, a run killed between its two renames left no TARGET and the old output in
+    `.TARGET.old-PID`, forever. With TARGET missing, putting it back loses nothing."""
+    parent = target.parent if str(target.parent) else Path(".")
+    for aside in sorted(parent.glob(f".{target.name}.old-*")):
+        if not aside.name.rsplit("-", 1)[1].isdigit() or aside.is_symlink():
+            continue
+        if os.path.lexists(target):
+            _say_once(log, f"{aside} is an old output that an earlier soarpack set aside while replacing {target}; "
+                           f"left alone (delete it by hand once {target} is right)")
+            continue
+        with contextlib.suppress(OSError):
+            os.rename(aside, target)
+            log(f"restored {target} from {aside}: the old output of a run that was killed while replacing it")
 
 
 def _remove_stale_probes(target: Path) -> None:
@@ -874,12 +891,15 @@ def placing(target: str | os.PathLike, *, kind: str = "file", force: bool = Fals
         if marker:
             (st.path / INCOMPLETE_MARKER).unlink()
         publish_permissions(st.path)
-        st.placed = place(st, force=force, inputs=inputs, what=what)
+        try:
+            st.placed = place(st, force=force, inputs=inputs, what=what)
+        except OSError as exc:  # the final rename refused (a read-only remount, an immutable target, ...)
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EBUSY):
+                raise _placement_error(target, exc) from exc
+            raise
     except BaseException as exc:
         if is_disk_full(exc):
             raise _disk_full_error(target, exc) from exc
-        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO):
-            raise _placement_error(target, exc) from exc
         raise
     finally:
         st.release()

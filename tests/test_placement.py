@@ -294,6 +294,20 @@ def test_case_1_speedset_output_is_its_text(tmp_path, tokenizer_dir):
     assert text.read_bytes() == before
 
 
+def test_case_2_an_old_output_an_earlier_version_left_aside_comes_back(tmp_path):
+    """What a646cc5 left after a kill between its two renames: no OUT, the old output in .OUT.old-PID forever."""
+    out = tmp_path / "q"
+    aside = tmp_path / ".q.old-4242"
+    old_dir(aside)
+    (tmp_path / "ref").mkdir()
+    old_dir(tmp_path / "ref" / "q")
+    old = tree_hash(tmp_path / "ref" / "q")
+    lines: list = []
+    fsutil.remove_stale_temps(out, lines.append)
+    assert out.is_dir() and not aside.exists(), lines
+    assert tree_hash(out) == old and any("restored" in line for line in lines)
+
+
 # -- case 2, the messages: one line per leftover, no doubled "note:" -------------------------------------------------
 
 
@@ -454,3 +468,66 @@ def test_case_7_a_log_inside_out_is_refused_before_any_work(tiny_model_dir, tmp_
     assert flat(f"--log {out / 'run.log'} is inside {out}") in flat(res.output), res.output
     assert f"log: {out / 'run.log'}" not in res.output  # no path to a log that does not exist
     assert tree_hash(out) == before and not (out / "run.log").exists()
+
+
+# -- end to end: quantize --force killed inside its placement ----------------------------------------------------
+
+QUANTIZE_KILLED = textwrap.dedent("""
+    import errno, os, sys
+    import soarpack.fsutil as f
+
+    real = f.renameat2
+    def renameat2(src, dst, flags):
+        if flags == f.RENAME_EXCHANGE:
+            if os.environ["MODE"] == "journal":
+                raise OSError(errno.EINVAL, "Invalid argument")  # no RENAME_EXCHANGE here: the journal
+            real(src, dst, flags)
+            os._exit(77)  # the new checkpoint is in place, the old one not yet removed
+        return real(src, dst, flags)
+    f.renameat2 = renameat2
+
+    class Seam:  # journal: killed between its two renames
+        renames = 0
+        def __getattr__(self, name):
+            if name == "rename":
+                def rename(*a):
+                    Seam.renames += 1
+                    if Seam.renames == 2:
+                        os._exit(77)
+                    return os.rename(*a)
+                return rename
+            return getattr(os, name)
+    if os.environ["MODE"] == "journal":
+        f.os = Seam()
+    from soarpack.cli import main
+    main(sys.argv[1:])
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exchange", "journal"])
+def test_quantize_killed_while_placing_leaves_a_complete_output_and_the_next_run_says_which(tiny_model_dir, tmp_path,
+                                                                                           mode):
+    out = tmp_path / "q"
+    old_dir(out)
+    old = tree_hash(out)
+    fast = ["--rows", "4", "--max-len", "128", "--device", "cpu", "--no-report"]
+    proc = subprocess.run([sys.executable, "-c", QUANTIZE_KILLED, "quantize", str(tiny_model_dir), str(out), *fast,
+                           "--force"], capture_output=True, text=True, timeout=900, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), MODE=mode, GPTQMODEL_CPU_WORKERS="2"))
+    assert proc.returncode == KILLED, proc.stderr[-3000:]
+    if mode == "exchange":
+        assert tree_hash(out) != old and run_cli("verify", out).exit_code == 0  # the new checkpoint, complete
+    else:
+        assert not out.exists()  # between the journal's two renames: the next run rolls it back
+    new = tree_hash(out)
+    # the next run (stopped after its check phase by a --max-len over dense_len) cleans up and says which
+    res = run_cli("quantize", tiny_model_dir, out, "--rows", "4", "--max-len", "8192", "--device", "cpu")
+    assert res.exit_code == 2
+    text = flat(res.output)
+    if mode == "exchange":
+        assert f"{out}isthenewoutput" in text and tree_hash(out) == new, res.output
+    else:
+        assert "rolledback" in text and tree_hash(out) == old, res.output
+    assert hidden_leftovers(tmp_path, "q") == []
+    assert "note:note:" not in text
