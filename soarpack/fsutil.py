@@ -1,8 +1,8 @@
-"""Atomic outputs: a half-written checkpoint, tarball or report must never look complete.
+"""Outputs: never over an input, never half there, never a moment without one.
 
-Everything is written into a temporary sibling of the target and renamed into place at the end, so an
-interrupted run (Ctrl-C, a full disk, a crash) leaves the old target untouched and at most a `.tmp-*` folder
-that no reader mistakes for a result.
+Every writer stages its output in a temporary sibling of the target and hands it to `placing`/`place` (the one
+placement step), so an interrupted run (Ctrl-C, a full disk, SIGKILL) leaves the old target or the new one, and at
+most a `.TARGET.tmp-*` that no reader mistakes for a result and that the next run removes once its lock is free.
 """
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ def _write_journal(path: str, journal: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _journaled_swaps(journal_path: str, swaps: List[tuple], *, kind: str, staged_by_caller: bool = True) -> None:
+def _journaled_swaps(journal_path: str, swaps: List[tuple], *, kind: str) -> None:
     """Replace each target by its staged new version, all or nothing: (target, staged, aside) per swap.
 
     Files keep their old version by a hard link at `aside` and are then replaced in one rename each; a folder is
