@@ -349,7 +349,7 @@ def compare_cmd(
     if chart is not None:
         from soarpack.bench.chart import write_chart
 
-        _say(f"wrote {write_chart(runs, chart)}")
+        _say(f"wrote {write_chart(runs, chart, inputs=results)}")
     typer.echo(render(runs, fmt.value, best))
     below = [r.name for r in runs if r.below_gate]
     if below:
