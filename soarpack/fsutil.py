@@ -735,7 +735,8 @@ def _dead_run_line(base: str, target: Path, record: Dict[str, Any]) -> str:
     """What the temp of a dead run was, from the inodes its lock file recorded before the placement."""
     who = f"a run (pid {record.get('pid', '?')}, started {record.get('started', '?')}) that was killed"
     if record.get("state") == "placing" and record.get("new") and _ino(target) == record["new"]:
-        return f"removed {base}: {target} is the new output of {who} after placing it; this was the old one"
+        was = "the old one it had replaced" if record.get("old") else "a second name of it"
+        return f"removed {base}: {target} is the new output of {who} after placing it; this was {was}"
     if record.get("old") and _ino(target) == record["old"]:
         return f"removed {base}: the unfinished output of {who}; {target} is the old output, untouched"
     return f"removed {base}: the unfinished output of {who}" + ("" if os.path.lexists(target) else f"; {target} was never written")
