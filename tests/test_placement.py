@@ -308,6 +308,18 @@ def test_case_2_an_old_output_an_earlier_version_left_aside_comes_back(tmp_path)
     assert tree_hash(out) == old and any("restored" in line for line in lines)
 
 
+def test_case_2_verify_of_a_killed_runs_unmarked_temp_folder_is_not_ok(tiny_model_dir, tmp_path):
+    """Killed after its marker went and before the swap: a complete-looking folder without a marker. Its lock file,
+    which nobody holds any more, still says what it is."""
+    tmp = tmp_path / ".q.tmp-k1lled00"
+    subprocess.run(["cp", "-r", str(tiny_model_dir), str(tmp)], check=True)
+    (tmp_path / ".q.tmp-k1lled00.lock").write_text(json.dumps({"target": "q", "pid": 1, "host": "elsewhere"}))
+    assert not (tmp / fsutil.INCOMPLETE_MARKER).exists()
+    res = run_cli("verify", tmp)
+    assert res.exit_code == 1 and "[incomplete]" in res.output and "killedbeforeitfinished" in flat(res.output), \
+        res.output
+
+
 # -- case 2, the messages: one line per leftover, no doubled "note:" -------------------------------------------------
 
 
@@ -533,3 +545,33 @@ def test_quantize_killed_while_placing_leaves_a_complete_output_and_the_next_run
         assert "rolledback" in text and tree_hash(out) == old, res.output
     assert hidden_leftovers(tmp_path, "q") == []
     assert "note:note:" not in text
+
+
+def test_in_place_apply_refused_midway_at_the_seam_changes_nothing(tmp_path, monkeypatch):
+    """EROFS injected at the third rename of an in-place apply (no chattr, no root needed): all old, nothing left."""
+    from test_serve_patches import write_anchor_tree
+    from soarpack.serve.patches import PatchError, apply_patches, check_tree
+
+    fork = write_anchor_tree(tmp_path / "fork")
+    before = tree_hash(fork)
+    calls = [0]
+
+    class RefusesTheThirdRename:
+        def __getattr__(self, name):
+            real = getattr(os, name)
+            if name not in ("rename", "replace"):
+                return real
+
+            def rename(*a, **k):
+                calls[0] += 1
+                if calls[0] == 3:
+                    raise OSError(errno.EROFS, "Read-only file system", str(a[1]))
+                return real(*a, **k)
+            return rename
+
+    monkeypatch.setattr(fsutil, "os", RefusesTheThirdRename())
+    with pytest.raises(PatchError, match="Read-only file system; nothing was changed"):
+        apply_patches(fork, fork, verify_compile=False)
+    monkeypatch.undo()
+    assert tree_hash(fork) == before and [p.name for p in (tmp_path / "fork").rglob(".*")] == []
+    assert {p.status for p in check_tree(fork).patches} == {"apply"}
