@@ -118,6 +118,10 @@ def test_cli_speedset_writes_rows_the_bench_reads(tmp_path, tokenizer_dir, token
     mixed = load_mix(mix)
     assert bucket_histogram([r.prompt_len for r in requests], mixed["input"]) == [4, 4]
     assert bucket_histogram([r.output_len for r in requests], mixed["output"]) == [2, 6]
-    again = CliRunner().invoke(app, args)
-    assert again.exit_code == 2  # refuses to overwrite without --force
-    assert CliRunner().invoke(app, args + ["--force"]).exit_code == 0
+    before = out.read_bytes()
+    again = CliRunner().invoke(app, args)  # the same rows: up to date, not an error
+    assert again.exit_code == 0 and "uptodate" in "".join(again.output.split()) and out.read_bytes() == before
+    other = args[:-1] + ["3"]  # another seed, other rows: refuses to overwrite without --force
+    refused = CliRunner().invoke(app, other)
+    assert refused.exit_code == 2 and "--force" in refused.output and out.read_bytes() == before
+    assert CliRunner().invoke(app, other + ["--force"]).exit_code == 0 and out.read_bytes() != before

@@ -2,6 +2,7 @@
 bundle without --force and names it by content, and every result records what it measured."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -120,8 +121,10 @@ def test_default_name_is_profile_recipe_and_content_hash_and_check_finds_it(tmp_
     from soarpack.bundle.build import content_hash
 
     assert name == f"soarpack-safe-{manifest['quantize']['recipe_name']}-{content_hash(manifest)[:8]}.tar.gz"
-    again = runner.invoke(app, ["build", "--no-wheels", "--profile", "safe"])  # same content, same name
-    assert again.exit_code == 2 and f"{name} exists" in again.output
+    before = Path(name).read_bytes()
+    again = runner.invoke(app, ["build", "--no-wheels", "--profile", "safe"])  # same content, same name: up to date
+    assert again.exit_code == 0 and again.stdout.strip() == name, again.output
+    assert f"{name} is up to date" in again.stderr and Path(name).read_bytes() == before
     other = runner.invoke(app, ["build", "--no-wheels", "--profile", "fp8"])
     assert other.exit_code == 0 and other.stdout.strip() != name
     # `check` with no BUNDLE takes the newest soarpack-*.tar.gz here (the two-command quick start)

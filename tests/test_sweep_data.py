@@ -377,7 +377,8 @@ def test_row_106_eval_output_that_is_not_an_eval_result_is_refused_before_any_re
 def test_row_108_eval_output_a_directory_or_read_only_is_refused_before_any_request(tmp_path, monkeypatch):
     data = write_jsonl(tmp_path / "d.jsonl", eval_rows(2))
     with FakeSGLang() as server:
-        result = run_cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path)
+        (tmp_path / "adir").mkdir()  # (tmp_path itself holds the data: that is refused as containing an input)
+        result = run_cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "adir")
         assert_bad_input(result, "is a directory")
         import soarpack.fsutil as fsutil
 

@@ -25,7 +25,7 @@ def _grouped_bars(ax, groups: Sequence[str], runs: List[Run], value, ylabel: str
     ax.legend(fontsize="small")
 
 
-def write_chart(runs: List[Run], path: Path) -> Path:
+def write_chart(runs: List[Run], path: Path, inputs: Sequence[Path] = ()) -> Path:
     """Two panels: seconds per bench tier (lower is better), accuracy per eval task (higher is better)."""
     try:
         import matplotlib
@@ -47,7 +47,7 @@ def write_chart(runs: List[Run], path: Path) -> Path:
         accuracy.set_axis_off()
         accuracy.text(0.5, 0.5, "no eval results given", ha="center", va="center")
     fig.tight_layout()
-    with atomic_file(path) as tmp:
+    with atomic_file(path, inputs=inputs, what="--chart") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
     return path

@@ -127,6 +127,12 @@ def server_mismatch(previous: dict, api_base: str, served: dict) -> Optional[str
     return None
 
 
+def eval_inputs(cfg: EvalConfig) -> list:
+    """What an eval reads and its result must never replace: the data, the model dir, the bundle."""
+    bundle = (cfg.bundle or {}).get("path")
+    return [p for p in (cfg.data, cfg.model_dir, bundle) if p is not None]
+
+
 def set_aside(path: Path) -> Path:
     """Rename a result file to the first free NAME.old-N.json beside it (a result is never deleted)."""
     n = 1
@@ -207,7 +213,7 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
     check_eval_config(cfg)
     api_base = http.check_api_base(cfg.api_base)
     if cfg.output is not None:
-        ensure_writable_output(cfg.output, what="eval output")
+        ensure_writable_output(cfg.output, what="eval output", inputs=eval_inputs(cfg))
     rows = load_eval_rows(cfg.data)
     selected = range(min(cfg.num_samples or len(rows), len(rows)))
     previous = _read_previous(cfg.output) if cfg.output is not None and cfg.output.is_file() else None
@@ -230,7 +236,7 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
 
     def save(force: bool = False) -> None:
         if cfg.output is not None and (force or time.monotonic() - last_save[0] >= cfg.save_every_s):
-            atomic_write_json(cfg.output, report())
+            atomic_write_json(cfg.output, report(), inputs=eval_inputs(cfg))
             last_save[0] = time.monotonic()
 
     async with http.make_client(api_base, cfg.concurrency, cfg.timeout_s) as client:

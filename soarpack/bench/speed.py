@@ -189,7 +189,13 @@ def check_bench_config(cfg: BenchConfig) -> None:
         raise SoarpackError("no speed data for any tier" if not unknown else f"unknown tier(s) {unknown}",
                             "pass at least one of --s1, --s8, --smax with a JSONL file")
     if cfg.output is not None:
-        ensure_writable_output(cfg.output, what="bench output")
+        ensure_writable_output(cfg.output, what="bench output", inputs=bench_inputs(cfg))
+
+
+def bench_inputs(cfg: BenchConfig) -> list:
+    """What a bench reads and its result must never replace: the speed files, the tokenizer, the bundle."""
+    bundle = (cfg.bundle or {}).get("path")
+    return [*cfg.tiers.values(), *(p for p in (cfg.tokenizer_dir, bundle) if p is not None)]
 
 
 async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
@@ -216,9 +222,9 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
                                   on_done=progress)
             report["tiers"][name] = {"data": str(cfg.tiers[name]), **tier}
             if cfg.output is not None:
-                atomic_write_json(partial_path(cfg.output), report)
+                atomic_write_json(partial_path(cfg.output), report, inputs=bench_inputs(cfg))
     if cfg.output is not None:
-        atomic_write_json(cfg.output, report)
+        atomic_write_json(cfg.output, report, inputs=bench_inputs(cfg))
         partial_path(cfg.output).unlink(missing_ok=True)
     return report
 

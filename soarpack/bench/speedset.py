@@ -215,7 +215,11 @@ def bucket_histogram(lengths: Sequence[int], buckets: Sequence[Bucket]) -> List[
 def write_jsonl(path: Path, rows: List[dict]) -> Path:
     from soarpack.fsutil import atomic_write_text
 
-    return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return atomic_write_text(path, jsonl_text(rows))
+
+
+def jsonl_text(rows: List[dict]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
 def speedset_text(path: Optional[Path]) -> Optional[str]:

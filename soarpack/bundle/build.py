@@ -32,8 +32,8 @@ from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
 from soarpack.bundle.risks import evidence_record, manifest_risks
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
-from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
-from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
+from soarpack.errors import ConfigError, SoarpackError
+from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
 
 PLATFORM = "platform"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -50,11 +50,12 @@ class BuildResult:
     manifest: Dict[str, Any]
     warnings: List[str] = field(default_factory=list)
     risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk: what the verdicts will say
+    placed: str = "created"  # or "replaced", or "up-to-date": these very bytes were already there (fsutil.place)
 
     def to_dict(self) -> Dict[str, Any]:
         m = {k: v for k, v in self.manifest.items() if k != "files"}
         return {"path": str(self.path), "size": self.size, "warnings": self.warnings,
-                "risks": [r.to_dict() for r in self.risks], "manifest": m}
+                "risks": [r.to_dict() for r in self.risks], "manifest": m, "placed": self.placed}
 
 
 DEFAULT_NAME_GLOB = "soarpack-*.tar.gz"
@@ -79,11 +80,6 @@ def newest_bundle(folder: Path = Path(".")) -> Path:
     if not found:
         raise ConfigError(f"no {DEFAULT_NAME_GLOB} in {folder.resolve()}", "run soarpack build first, or pass BUNDLE")
     return found[-1]
-
-
-def _refuse_existing(path: Path, force: bool) -> None:
-    if os.path.lexists(path) and not force:
-        raise OutputExistsError(f"{path} exists", "pass --force to replace it, or -o for another name")
 
 
 def _copy_sources(stage: Path) -> None:
@@ -265,7 +261,8 @@ def build_bundle(
     """Build the submission tarball; every input is checked before the slow parts (wheels, packing).
 
     `out` None: soarpack-PROFILE-RECIPE-HASH8.tar.gz in the current folder, named after the content. An existing
-    output is replaced only with `force`."""
+    output with other bytes is replaced only with `force`; the same bytes are up to date (`placed`). Both are
+    decided when the bundle is placed, so two builds to one name cannot both replace it."""
     from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
     from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
 
@@ -285,8 +282,6 @@ def build_bundle(
     inputs = _input_paths(profile, recipe, sglang_src, calib, wheel_dir)
     out_path = Path(out) if out is not None else default_output(prof.name, "recipe", "0" * 8)  # probe: the folder
     ensure_writable_output(out_path, what="-o", inputs=inputs, make_parent=True)
-    if out is not None:
-        _refuse_existing(out_path, force)
     fallback = load_profile(prof.fallback) if prof.fallback else None
     warnings: List[str] = []
 
@@ -334,11 +329,10 @@ def build_bundle(
         if out is None:
             out_path = default_output(prof.name, rec.name, content_hash(manifest))
             ensure_writable_output(out_path, what="-o", inputs=inputs)
-            _refuse_existing(out_path, force)
-        # Packed beside the target and renamed over it only once it is complete and within the limit.
-        with atomic_file(out_path) as packed:
-            write_tarball(stage, packed)
-            size = packed.stat().st_size
+        # Packed beside the target and placed only once it is complete and within the limit.
+        with placing(out_path, force=force, inputs=inputs, what="-o", log=log) as packing:
+            write_tarball(stage, packing.path)
+            size = packing.path.stat().st_size
             if size > max_bytes:
                 raise BundleTooLargeError(f"the bundle is {size / 1e9:.2f} GB, over the platform's {max_bytes / 1e9:.2f} GB limit",
                                           "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
@@ -349,7 +343,7 @@ def build_bundle(
     risks = manifest_risks(manifest)
     for risk in risks:
         log(risk.line())
-    return BuildResult(out_path, size, manifest, warnings, risks)
+    return BuildResult(out_path, size, manifest, warnings, risks, packing.placed.outcome)
 
 
 def calibration_line(origin: Dict[str, Any]) -> str:

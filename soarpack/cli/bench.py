@@ -273,20 +273,20 @@ def speedset_cmd(
     from soarpack.bench import speedset as ss
     from soarpack.bench.render import print_speedset
     from soarpack.bench.tokenizer import load_tokenizer
-    from soarpack.errors import OutputExistsError
-    from soarpack.fsutil import ensure_writable_output
+    from soarpack.fsutil import ensure_writable_output, place_bytes
 
     model_dir = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
-    ensure_writable_output(output, what="speedset output")
-    if output.exists() and not force:
-        raise OutputExistsError(f"{output} exists", "pass --force to replace it")
+    inputs = [p for p in (model_dir, mix, text) if p is not None]
+    ensure_writable_output(output, what="speedset output", inputs=inputs)
     buckets = ss.load_mix(mix)
     table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
-    ss.write_jsonl(output, table_rows)
+    # An existing file with other rows needs --force, the same rows are up to date: decided when it is placed.
+    placed = place_bytes(output, ss.jsonl_text(table_rows).encode("utf-8"), force=force, inputs=inputs,
+                         what="speedset output")
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
     print_speedset(_table_console(as_json), buckets, hist, summary)
-    _say(f"wrote {output}")
+    _say(placed.says())
     if as_json:
         typer.echo(json.dumps({"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error,
                                "histogram": hist}, indent=2))
@@ -371,7 +371,7 @@ def compare_cmd(
     if chart is not None:
         from soarpack.bench.chart import write_chart
 
-        _say(f"wrote {write_chart(runs, chart)}")
+        _say(f"wrote {write_chart(runs, chart, inputs=results)}")
     typer.echo(render(runs, fmt.value, best) if fmt.value == "json" else printable(render(runs, fmt.value, best), keep="\n"))
     for run in runs:
         if run.at_risk:

@@ -68,6 +68,9 @@ def build_cmd(
         err_console.print("[bold yellow]NOTE:[/] built with --no-wheels: this bundle cannot quantize on the platform.", highlight=False)
     if not result.risks:
         _print_risks([], echo=log)  # the risk lines themselves came with the build's log
+    if result.placed == "up-to-date":
+        err_console.print(f"{result.path} is up to date: these very bytes were already there", markup=False,
+                          highlight=False)
     err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
                       f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
                       markup=False, highlight=False)

@@ -94,7 +94,8 @@ def quantize_cmd(
         try:
             result = quantize(model_dir, out_dir, opts, on_event=progress.render)
         except BaseException:
-            progress.say(f"log: {log}")
+            if log.is_file():  # a run refused before it opened its log has none to show
+                progress.say(f"log: {log}")
             raise
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
@@ -195,6 +196,7 @@ def calib_cmd(
     seed: int = typer.Option(_CAL.seed, "--seed", metavar="N", help="Seed for selection and generation."),
     write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", metavar="FILE",
                                                  help="Also write the built-in prompts as JSONL here."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --write-builtin file with other content."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
 ) -> None:
@@ -214,9 +216,13 @@ def calib_cmd(
 
     Example: soarpack calib mine.jsonl --model-dir MiniCPM-SALA -n 256
     """
-    from soarpack.quant.calib import build_calibration, summarize, write_builtin_calibration
+    from soarpack.fsutil import ensure_writable_output, place_bytes
+    from soarpack.quant.calib import build_calibration, builtin_calibration_text, summarize
 
     tokenizer = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
+    inputs = [*(files or []), tokenizer]
+    if write_builtin:
+        ensure_writable_output(write_builtin, what="--write-builtin", inputs=inputs)
     dense_len = None
     if (tokenizer / "config.json").is_file():
         from soarpack.sala.config import load_config
@@ -235,7 +241,9 @@ def calib_cmd(
     summary.update(rows_asked=rows, asked_by=asked_by, builtin=not files, sources=sources_of(files or []))
     where = where_from(summary["sources"], summary["builtin"])
     if write_builtin:
-        write_builtin_calibration(write_builtin, rows, seed, max_len)
+        placed = place_bytes(write_builtin, builtin_calibration_text(rows, seed, max_len).encode("utf-8"),
+                             force=force, inputs=inputs, what="--write-builtin")
+        typer.echo(placed.says(), err=True)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return

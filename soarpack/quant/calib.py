@@ -388,6 +388,12 @@ def write_builtin_calibration(path: str | Path, n: int, seed: int, max_len: int 
     the same settings generates; `held_out` writes the held-out stream instead."""
     from soarpack.fsutil import atomic_write_text
 
+    return atomic_write_text(path, builtin_calibration_text(n, seed, max_len, held_out=held_out))
+
+
+def builtin_calibration_text(n: int, seed: int, max_len: int = CALIBRATION_DEFAULTS.max_len, *,
+                             held_out: bool = False) -> str:
+    """The JSONL that write_builtin_calibration writes."""
     seed = seed + HELD_OUT_SEED_OFFSET if held_out else seed
     lines = [json.dumps(row, ensure_ascii=False) for row in builtin_prompts(n, seed, max_words=builtin_max_words(max_len))]
-    return atomic_write_text(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"

@@ -106,7 +106,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     inputs = [model_dir, *(opts.calib or []), *(opts.held_out or [])]
     if opts.log_file:
-        ensure_writable_output(opts.log_file, what="--log", inputs=inputs)
+        ensure_writable_output(opts.log_file, what="--log", inputs=inputs, replaced=[out_dir])
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(RunLog(opts.log_file, on_event, capture=opts.library_output == "log"))
         stack.enter_context(cuda_allocator_settings(log))

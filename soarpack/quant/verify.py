@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import INCOMPLETE_MARKER, owner_state, read_incomplete_marker, sha256_file
+from soarpack.fsutil import INCOMPLETE_MARKER, sha256_file, temp_owner
 from soarpack.quant.gptq_format import QUANT_PARTS, dequantize, unpack_cols
 from soarpack.quant.recipe import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
                                    ModuleQuant, resolve_plan)
@@ -151,10 +151,10 @@ def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *
 def _check_incomplete(ckpt: Path, add) -> None:
     """The temp folder of a run that has not finished (killed, or still going) is not a result, however complete
     it looks; the run's own verify of its temp folder is the exception."""
-    owner = read_incomplete_marker(ckpt)
-    if owner is None:
+    found = temp_owner(ckpt)
+    if found is None:
         return
-    state = owner_state(owner)
+    owner, state = found
     if state == "self":
         return
     whose = {"running": "still running", "gone": "killed before it finished", "unknown": "on another host or unknown"}

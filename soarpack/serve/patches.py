@@ -247,6 +247,7 @@ def _touched(patches: Sequence[Patch]) -> List[str]:
 def check_tree(src: os.PathLike, names: Optional[Iterable[str]] = None) -> TreeReport:
     """Which patches apply / are applied / fail on `src`, and which fork commit its touched files match."""
     root = resolve_src(src)
+    fsutil.remove_stale_temps(root, fsutil.note_line)  # an in-place apply that was killed is rolled back first
     directory = patch_dir()
     patches = select_patches(names, directory)
     statuses, _ = _run(root, patches)
@@ -285,6 +286,7 @@ def apply_patches(
     Every patched file must compile (verify_compile=False is for fixture trees made of code fragments).
     """
     root = resolve_src(src)
+    fsutil.remove_stale_temps(root, fsutil.note_line)  # an in-place apply that was killed is rolled back first
     out = Path(out)
     in_place = out.exists() and out.resolve() in (root.resolve(), Path(src).resolve())
     if not in_place:  # any other output lies outside the source: inside it would copy itself, around it replace it
@@ -304,14 +306,14 @@ def apply_patches(
             _compile_check(text, rel)
     if in_place:
         try:
-            fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()})
+            fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()}, beside=root)
         except OSError as exc:
             raise PatchError(f"cannot replace {exc.filename or root}: {exc.strerror or exc}; nothing was changed",
                              "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
     with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
         # An output inside the source (allowed while it replaces nothing) must not be copied into itself.
-        own = {Path(os.path.realpath(p)) for p in (tmp, out)}
+        own = {Path(os.path.realpath(p)) for p in (tmp, out, f"{tmp}.lock")}
 
         def skip(folder: str, names: List[str]) -> List[str]:
             return [n for n in names if n == "__pycache__" or Path(os.path.realpath(os.path.join(folder, n))) in own]
