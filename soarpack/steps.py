@@ -74,6 +74,7 @@ class Event:
     done: int = 0
     total: int = 0
     result: Optional[StepResult] = None  # on a runner step's "end"
+    data: Any = None  # what a "progress" event is about (an eval row's record)
 
 
 EventCallback = Callable[[Event], None]
@@ -167,3 +168,8 @@ class Runner:
         except SoarpackError as exc:
             status, detail = FAIL, str(exc)
         return StepResult(s.name, status, detail, round(time.monotonic() - t0, 2), versions, data, s.gates, s.needs)
+
+
+def lines_to(on_event: EventCallback, phase: str, kind: str = "info") -> Callable[[str], None]:
+    """A `log(str)` for code that says lines, turned into events of `phase`."""
+    return lambda message: on_event(Event(kind, phase, message))

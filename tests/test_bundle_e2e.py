@@ -176,7 +176,7 @@ def _cache_is_full() -> bool:
 
 @pytest.mark.skipif(not _cache_is_full(), reason="the real platform wheel set is not in the local cache (soarpack build fills it)")
 def test_real_wheel_bundle_checks_its_tags(work):
-    result = build_bundle(work / "real.tar.gz", log=lambda m: None, calib_rows=8)
+    result = build_bundle(work / "real.tar.gz", calib_rows=8)
     assert len(result.manifest["wheels"]["files"]) == len(load_lock())
     report = check_bundle(result.path, rehearse=False)
     assert _status(report)["wheel tags"] == PASS
@@ -188,7 +188,7 @@ def fp8_bundle(work):
 
     if not load_profile("fp8").patches:
         pytest.skip("the fp8 profile needs no patches any more")
-    return build_bundle(work / "fp8.tar.gz", profile="fp8", wheels=False, log=lambda m: None, calib_rows=8).path
+    return build_bundle(work / "fp8.tar.gz", profile="fp8", wheels=False, calib_rows=8).path
 
 
 def test_patches_that_do_not_apply_fail_the_rehearsal_and_export_the_fallback(work, fp8_bundle):
@@ -244,7 +244,7 @@ def test_real_wheel_set_installs_offline_on_python310_complete_but_torch(work):
     from soarpack.bundle.check import wheels_on_python310
 
     d = work / "real-wheels"
-    collect_wheels(d, log=lambda m: None)
+    collect_wheels(d)
     detail = wheels_on_python310(d, work / "real-venv")
     assert "numpy 2.2.6" in detail and "transformers 5.20.2" in detail
 
@@ -253,7 +253,7 @@ def test_bundle_with_a_patched_tree_records_the_fork_commit(work, fork_src):
     from soarpack.serve.patches import check_tree
 
     result = build_bundle(work / "tree.tar.gz", profile="fp8", sglang_src=fork_src, wheels=False,
-                          log=lambda m: None, calib_rows=8)
+                          calib_rows=8)
     sglang = result.manifest["sglang"]
     assert sglang["mode"] == "tree" and sglang["fork_commit"] == check_tree(fork_src).commit
     # the real fork's python/ holds one link into the rest of its checkout; it would dangle in the bundle

@@ -21,7 +21,7 @@ def probe_wheels(tmp_path_factory):
 
 
 def _rehearse(tmp_path, probe_wheels, fork, **build):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, log=lambda m: None, **build).path
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, **build).path
     report = check_bundle(bundle, sglang_fork=fork, dev_stack=True)
     return report, {s.name: s for s in report.steps}
 
@@ -44,6 +44,6 @@ def test_the_patched_fork_loads_it_for_a_profile_with_patches(tmp_path, probe_wh
 
 
 def test_without_a_fork_the_step_says_not_run(tmp_path, probe_wheels):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, log=lambda m: None).path
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16).path
     steps = {s.name: s for s in check_bundle(bundle, dev_stack=True).steps}
     assert steps["fork loads it"].status == SKIP and steps["fork loads it"].detail.startswith("not run")

@@ -121,7 +121,7 @@ def test_a_server_that_dies_at_start_shows_its_last_log_lines(tiny_model_dir, pu
     env = dict(standin_env, FAKE_SGLANG_MODE="die")
     with pytest.raises(S.ServerError) as exc:
         S.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=1, bench_rows=1,
-                          ready_timeout_s=60, env=env, log=lambda m: None)
+                          ready_timeout_s=60, env=env)
     msg = str(exc.value)
     assert "exited with code 3" in msg and "KeyError: 'model.layers.0.mlp.extra_proj.weight'" in msg
     assert "\n" not in msg and (tmp_path / "out" / "server.log").is_file()

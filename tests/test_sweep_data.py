@@ -29,7 +29,7 @@ from soarpack.fsutil import sha256_file
 from soarpack.quant.calib import read_examples
 from soarpack.serve.lint import lint_args
 
-QUIET = dict(log=lambda msg: None, calib_rows=8)
+QUIET = dict(calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12
 
 

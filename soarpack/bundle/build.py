@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import soarpack
 from soarpack.bundle import layout
@@ -33,6 +33,7 @@ from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
 from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
+from soarpack.steps import Event, EventCallback, no_events
 
 PLATFORM = "platform"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -251,7 +252,7 @@ def build_bundle(
     max_bytes: int = layout.MAX_BYTES,
     warn_bytes: int = layout.WARN_BYTES,
     force: bool = False,
-    log: Callable[[str], None] = print,
+    on_event: EventCallback = no_events,
 ) -> BuildResult:
     """Build the submission tarball; every input is checked before the slow parts (wheels, packing).
 
@@ -288,7 +289,7 @@ def build_bundle(
         warnings += lint_profile_for_bundle(prof, rec, prof.patches)
         if fallback is not None:
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
-        log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
+        on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
         calib_names, held_out_names = _calibration(stage, calib, calib_rows, rec)
         sglang = _sglang(stage, sglang_src, prof.patches)
@@ -297,7 +298,7 @@ def build_bundle(
         atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
         if wheels:
             wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
-                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, log=log)
+                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, on_event=on_event)
             wheel_source = "dir" if wheel_dir else "lock"
             problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
             if problems:
@@ -334,6 +335,6 @@ def build_bundle(
         if size > warn_bytes:
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
     for w in warnings:
-        log(f"warning: {w}")
+        on_event(Event("problem", "build", w))
     return BuildResult(out_path, size, manifest, warnings)
 

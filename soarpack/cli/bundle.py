@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
+from soarpack.cli.output import sink
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
 
@@ -57,18 +57,14 @@ def build_cmd(
     """
     from soarpack.bundle.build import PLATFORM, build_bundle
 
-    log = (lambda msg: err_console.print(msg, markup=False, highlight=False, soft_wrap=True)) if not as_json else (lambda msg: None)
+    out_ = sink(as_json)
     result = build_bundle(out, profile=profile, recipe=recipe, sglang_src=sglang_src or PLATFORM, calib=calib or (),
-                          wheels=wheels, wheel_dir=wheel_dir, force=force, log=log)
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
+                          wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
     if not wheels:
-        err_console.print("[bold yellow]NOTE:[/] built with --no-wheels: this bundle cannot quantize on the platform.", highlight=False)
-    err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
-                      f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
-                      markup=False, highlight=False)
-    typer.echo(str(result.path))
+        out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
+    out_.say(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
+             f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}")
+    out_.result(result.to_dict(), str(result.path))
 
 
 @command("inspect")
@@ -88,9 +84,8 @@ def inspect_cmd(
     from soarpack.bundle.summary import inspect_bundle
 
     summary = inspect_bundle(_bundle_or_newest(bundle))
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+    if sink(as_json).json:
+        return sink(as_json).result(summary)
     q = {k: v for k, v in summary["quantize"].items() if k not in ("recipe", "recipe_name") and v not in ([], None, {})}
     lines = [
         ("bundle", f"{summary['path']} ({summary['size'] / 1e6:.1f} MB, {summary['files']} files)"),
@@ -106,11 +101,7 @@ def inspect_cmd(
                                                  if summary["sglang"]["fork_commit"] else "")),
         ("wheels", f"{summary['wheels']['count']} ({summary['wheels']['source']})"),
     ]
-    for key, value in lines:
-        typer.echo(f"{key:<12} {value}")
-
-
-_STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}  # same visible width
+    typer.echo("\n".join(f"{key:<12} {value}" for key, value in lines))
 
 
 @command("check")
@@ -124,57 +115,29 @@ def check_cmd(
     dev_stack: bool = typer.Option(False, "--dev-stack",
                                    help="Rehearse on this environment's Python instead of the image's stack "
                                         "(CPython 3.10, torch 2.9.1): faster, but no proof for the platform."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (the same as --format json)."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
 ) -> None:
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
 
-    Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack.
+    Exit 0 only when the bundle is uploadable: every rehearsal step passed on the image's stack. A failed
+    rehearsal keeps its logs and prints the `soarpack diagnose DIR` that reads them.
 
     Example:
 
     \b
       soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
     """
-    from soarpack.bundle.check import check_bundle
-    from soarpack.imagestack import describe_versions
+    from soarpack.rehearse.check import check_bundle, diagnose_command, verdict
 
     sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
-    bundle = _bundle_or_newest(bundle)
-    status_line = None
-
-    def started(name: str) -> None:
-        nonlocal status_line
-        if not as_json and err_console.is_terminal:
-            status_line = err_console.status(f"running: {escape(name)} ...")
-            status_line.start()
-        elif not as_json:
-            err_console.print(f"running: {name} ...", markup=False, highlight=False)
-
-    def show(step) -> None:
-        nonlocal status_line
-        if status_line is not None:
-            status_line.stop()
-            status_line = None
-        if not as_json:
-            detail = f"  {step.detail}" if step.detail else ""
-            ran_on = f"  [dim]({describe_versions(step.versions)})[/]" if step.versions else ""
-            err_console.print(f"{_STATUS[step.status]} {escape(step.name):<16} {step.seconds:6.1f} s{escape(detail)}{ran_on}",
-                              highlight=False, soft_wrap=True)
-
-    def note(message: str) -> None:
-        if not as_json:
-            err_console.print(f"[dim]{escape(message)}[/]", highlight=False, soft_wrap=True)
-
-    report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_src, work_dir=keep, keep=keep is not None,
-                          dev_stack=dev_stack, log=show, note=note, started=started)
-    if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        counts = {k: sum(s.status == k for s in report.steps) for k in ("pass", "fail", "skip")}
-        tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
-        why = report.not_uploadable_because
-        typer.echo(f"uploadable: {tally}" if why is None else f"NOT uploadable ({why}): {tally}")
+    out = sink(as_json)
+    report = check_bundle(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, work_dir=keep,
+                          keep=keep is not None, dev_stack=dev_stack, on_event=out.event)
+    if report.logs_dir and not out.json:
+        out.problem(f"the rehearsal's logs are kept in {report.logs_dir}; read them with: "
+                    f"{diagnose_command(report.logs_dir)}", prefix="logs")
+    out.result(report.to_dict(), verdict(report))
     if not report.uploadable:
         raise typer.Exit(1)
 
@@ -194,17 +157,15 @@ def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print t
     """
     from soarpack.bundle.wheels import default_cache_dir, fetch_into_cache, load_lock
 
+    out = sink(as_json)
     lock = load_lock()
     cache = default_cache_dir()
-    fetch_into_cache(lock, cache, log=lambda m: err_console.print(m, markup=False, highlight=False))
-    if as_json:
-        typer.echo(json.dumps({"cache": str(cache), "wheels": [w.spec for w in lock]}, indent=2))
-    else:
-        typer.echo(f"{len(lock)} wheels in {cache}")
+    fetch_into_cache(lock, cache, on_event=out.event)
+    out.result({"cache": str(cache), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels in {cache}")
 
 
 @subcommand(wheels_app, "lock")
-def wheels_lock_cmd() -> None:
+def wheels_lock_cmd(as_json: bool = typer.Option(False, "--json", help="Print the lock's path and wheels as JSON.")) -> None:
     """Maintainers: resolve the closure again with pip and rewrite soarpack/bundle/platform-lock.json (network).
 
     Example:
@@ -214,8 +175,10 @@ def wheels_lock_cmd() -> None:
     """
     from soarpack.bundle.wheels import load_lock, resolve_lock
 
-    path = resolve_lock(log=lambda m: err_console.print(m, markup=False, highlight=False))
-    typer.echo(f"{len(load_lock(path))} wheels locked in {path}")
+    out = sink(as_json)
+    path = resolve_lock(on_event=out.event)
+    lock = load_lock(path)
+    out.result({"lock": str(path), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels locked in {path}")
 
 
 __all__ = ["app", "build_cmd", "check_cmd", "inspect_cmd", "wheels_fetch_cmd", "wheels_lock_cmd"]

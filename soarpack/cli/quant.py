@@ -10,7 +10,8 @@ from typing import List, Optional, get_args
 import typer
 
 from soarpack.cli import command, renamed, required
-from soarpack.errors import CheckpointError, ConfigError
+from soarpack.cli.output import sink
+from soarpack.errors import CheckpointError
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
 from soarpack.quant.options import QuantizeOptions
@@ -61,23 +62,21 @@ def quantize_cmd(
     from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
 
-    if quiet and verbose:
-        raise ConfigError("--quiet and --verbose exclude each other", "pick one")
+    out = sink(as_json, quiet, verbose)
     log = log or default_log_path(out_dir)
     opts = quantize_options(recipe=recipe, calib=calib or None, held_out=held_out or None, rows=rows,
                             max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log_file=log,
                             sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
                             auto_map=auto_map.value, quality=not no_report,
-                            library_output="terminal" if verbose else "log")
-    with QuantizeProgress(verbosity=0 if quiet else 2 if verbose else 1) as progress:
+                            library_output="terminal" if out.verbosity >= 2 else "log")
+    with QuantizeProgress(verbosity=out.verbosity) as progress:
         try:
             result = quantize(model_dir, out_dir, opts, on_event=progress.render)
         except BaseException:
             progress.say(f"log: {log}")
             raise
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
+    if out.json:
+        return out.result(result.to_dict())
     _print_result(result, out_dir, log)
 
 
@@ -145,7 +144,7 @@ def verify_cmd(
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
     rep = verify_report(ckpt, original, device=resolve_device(device.value))
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
         for p in rep.problems:
@@ -205,7 +204,7 @@ def calib_cmd(
     summary = summarize(data, max_len)
     if write_builtin:
         write_builtin_calibration(write_builtin, rows, seed, max_len)
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(summary, indent=2))
         return
     typer.echo(f"{summary['rows']} rows, {summary['tokens']} tokens (min {summary['min_len']}, median "
