@@ -72,7 +72,10 @@ def _root(
     """Quantize MiniCPM-SALA, package a SOAR submission, and measure it before you upload."""
     from soarpack.cli.output import reset
 
-    reset(fmt.value if fmt else None, quiet=quiet, verbose=verbose)
+    try:
+        reset(fmt.value if fmt else None, quiet=quiet, verbose=verbose)
+    except SoarpackError as exc:
+        raise fail(exc) from None
 
 
 def fail(exc: SoarpackError) -> "typer.Exit":

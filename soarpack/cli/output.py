@@ -2,7 +2,7 @@
 libraries' events on stderr (soarpack.steps.Event), their amount set by -q / -v the same way for every command.
 
     text (default)  the result as text; progress, notes and problems on stderr
-    json            only the result's JSON on stdout; problems on stderr
+    json            only the result's JSON on stdout (its warnings are in it); stderr only for an error
     -q              only problems and the result;  -v  every line the libraries emit
 """
 
@@ -80,6 +80,8 @@ class Sink:
             self.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
     def problem(self, message: str, prefix: str = "warning") -> None:
+        if self.json:
+            return
         self.console.print(f"[yellow]{prefix}:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
     def event(self, event: Event) -> None:

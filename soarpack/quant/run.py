@@ -389,8 +389,9 @@ def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.
 
 class RunLog:
     """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
-    libraries' own output also goes while the run lasts (`capture`). Each phase ends by handing the CUDA caching
-    allocator's unused reserve back, so one phase's peak does not stay resident through the next."""
+    libraries' own output also goes while the run lasts (`capture`; nowhere without a log file). Each phase ends
+    by handing the CUDA caching allocator's unused reserve back, so one phase's peak does not stay resident through
+    the next."""
 
     def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False):
         self.log_file, self.on_event, self.capture = log_file, on_event, capture
@@ -405,8 +406,8 @@ class RunLog:
 
         if self.log_file:
             self.fh = self._stack.enter_context(open(self.log_file, "a", encoding="utf-8"))
-            if self.capture:
-                self._stack.enter_context(library_output_to(Path(self.log_file)))
+        if self.capture:  # without a log file the libraries' output goes nowhere: a library call prints nothing
+            self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
         return self
 
     def __exit__(self, *exc: object) -> None:

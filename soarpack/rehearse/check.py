@@ -370,7 +370,7 @@ def fork_loads_it(c: Check) -> Done:
                             server_args=(c.manifest.get("profile") or {}).get("args"),
                             on_event=lambda e: c.say(e.message))
     report = result.report or {}
-    data = {"recipe": result.recipe,
+    data = {"recipe": result.recipe, "fork_commit": result.fork_commit,
             "linears": len(result.rows), "as_planned": sum(r.ok for r in result.rows),
             "tensors_loaded": report.get("tensors_loaded"), "without_parameter": len(report.get("orphans", [])),
             "unwritten": len(report.get("unwritten", [])), "problems": result.problems,

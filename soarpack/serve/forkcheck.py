@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
 from soarpack.steps import EventCallback, no_events
@@ -52,6 +52,7 @@ class ForkCheckResult:
     report: Dict[str, Any] = field(default_factory=dict)  # the child's raw report
     log: Optional[str] = None  # the child's stdout+stderr, kept when the check fails
     recipe: Optional[str] = None  # the recipe's name it was judged against
+    fork_commit: Optional[str] = None  # the fork commit the tree's touched files match
 
     def to_dict(self) -> Dict[str, Any]:
         return {"ok": self.ok, "summary": self.summary, "problems": self.problems,
@@ -234,14 +235,15 @@ def render_table(rows: Sequence[ModuleRow], problems: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _tree_label(src: Path) -> str:
+def _tree_label(src: Path) -> Tuple[str, Optional[str]]:
+    """("fork COMMIT (STATE)", COMMIT), or a label without a commit."""
     from soarpack.serve.patches import check_tree
 
     try:
         tree = check_tree(src)
     except SoarpackError:
-        return "fork tree"
-    return f"fork {tree.commit} ({tree.state})" if tree.commit else "fork tree (unknown commit)"
+        return "fork tree", None
+    return (f"fork {tree.commit} ({tree.state})" if tree.commit else "fork tree (unknown commit)"), tree.commit
 
 
 # -- the check -------------------------------------------------------------------------------------------------
@@ -276,11 +278,11 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     with tempfile.TemporaryDirectory(prefix="soarpack-forkcheck-") as tmp:
         report, log_text = run_child(interpreter, request, Path(tmp), timeout)
     seconds = time.monotonic() - t0
-    where = _tree_label(src)
+    where, fork_commit = _tree_label(src)
     if not report.get("ok"):
         cause = report.get("error", "the child reported no cause")
         return ForkCheckResult(False, f"{where}: FAIL: {cause}", f"FAIL {cause}", [cause], report=report, log=log_text,
-                               recipe=recipe.name)
+                               recipe=recipe.name, fork_commit=fork_commit)
     rows, problems = judge(report, recipe, config)
     v = report.get("versions", {})
     stack = f"Python {v.get('python')}, torch {v.get('torch')}, transformers {v.get('transformers')}"
@@ -289,4 +291,5 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
                f"{report.get('tensors_loaded')} tensors loaded, {len(report.get('orphans', []))} without a parameter, "
                f"{len(report.get('unwritten', []))} parameters unwritten [{stack}; {seconds:.0f} s]: {verdict}")
     return ForkCheckResult(not problems, summary, render_table(rows, problems), problems, rows, report,
-                           log=log_text if problems else None, recipe=recipe.name)
+                           log=log_text if problems else None, recipe=recipe.name,
+                           fork_commit=fork_commit)
