@@ -439,8 +439,8 @@ def test_row_116_interrupted_bench_keeps_the_earlier_complete_output(tmp_path, t
         run_bench(BenchConfig(api_base=server.url, tiers=tiers, tokenizer_dir=Path(tokenizer_dir), output=out, settle_s=0.0))
         earlier = out.read_bytes()
 
-        def interrupt_in_s8(tier, done, total):
-            if tier == "s8":
+        def interrupt_in_s8(event):
+            if event.phase == "s8":
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):

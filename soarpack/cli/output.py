@@ -95,7 +95,7 @@ class Sink:
             if self.console.is_terminal:
                 self._status = self.console.status(f"running: {escape(event.phase)} ...")
                 self._status.start()
-            elif self.verbosity >= VERBOSE:
+            else:  # a log or CI: a line, so that a hanging step is named
                 self.say(f"running: {event.phase} ...")
         elif event.kind == "end" and event.result is not None:
             self._stop_status()
