@@ -115,3 +115,14 @@ def test_wheels_fetch_and_lock(tmp_path, monkeypatch):
 def test_quiet_and_verbose_exclude_each_other_everywhere():
     res = runner.invoke(app, ["-q", "-v", "profiles"])
     assert res.exit_code == 2 and "exclude each other" in res.output
+
+
+def test_quiet_leaves_only_the_result_and_problems(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"task": "qa", "question": f"q{i}", "gold": ["x"]}) + "\n" for i in range(3)))
+    with FakeSGLang(chat=lambda q: ChatReply("</think>x")) as server:
+        loud = runner.invoke(app, ["eval", "--api-base", server.url, "--data", str(data), "-o", str(tmp_path / "a.json")])
+        quiet = runner.invoke(app, ["-q", "eval", "--api-base", server.url, "--data", str(data), "-o", str(tmp_path / "b.json")])
+    assert loud.exit_code == quiet.exit_code == 0
+    assert "wrote" in loud.stderr and "eval rows: 3/3" in loud.stderr
+    assert "wrote" not in quiet.stderr and "eval rows" not in quiet.stderr and quiet.stdout == loud.stdout

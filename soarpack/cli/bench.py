@@ -16,7 +16,7 @@ from typing import Callable, Iterator, List, Optional
 import typer
 
 from soarpack.cli import command, err_console, renamed, required
-from soarpack.cli.output import sink
+from soarpack.cli.output import NORMAL, STATE, sink
 from soarpack.errors import SoarpackError
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
@@ -53,12 +53,18 @@ def _table_console(as_json: bool):
 
 
 def _say(message: str) -> None:
-    err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+    """A note on stderr, unless -q."""
+    if STATE.verbosity >= NORMAL:
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager
 def progress_bars(label: str) -> Iterator[Callable[[str, int, Optional[int], str], None]]:
-    """update(name, done, total, note): a live bar on a terminal; else a plain line every 30 s (a log, CI)."""
+    """update(name, done, total, note): a live bar on a terminal; else a plain line every 30 s (a log, CI); with -q
+    nothing."""
+    if STATE.verbosity < NORMAL:
+        yield lambda name, done, total, note="": None
+        return
     if err_console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
