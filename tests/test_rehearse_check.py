@@ -97,6 +97,18 @@ def _passed(stack=C.IMAGE_STACK, risks=()):
     return C.CheckReport(steps=steps, stack=stack, risks=list(risks))
 
 
+def test_a_step_can_add_a_risk_that_reaches_the_gate(tmp_path, tiny_tarball, monkeypatch):
+    @step("risks", needs=["extract"])
+    def risks(c):
+        c.report.risks.append(Risk("w4-full", "w4-full measured ori 78.0 on the platform (C = 0.92)", blocks=True))
+        return Done("1 risk", {"risks": 1})
+
+    monkeypatch.setattr(C, "STEPS", [C.size, C.extract, risks])
+    report = C.check_bundle(tiny_tarball)
+    assert report.ok and report.gate()["risks"] == ["w4-full"] and not report.uploadable
+    assert C.verdict(report).startswith("NOT uploadable (risks: w4-full), 1 risk: w4-full measured ori 78.0")
+
+
 def test_risks_go_into_the_verdict_and_a_blocking_one_into_the_gate():
     assert C.verdict(_passed()).startswith("uploadable: 17 passed, 0 failed, 0 skipped on the image stack")
     two = _passed(risks=[Risk("calib", "built-in calibration prompts"), Risk("rows", "12 of 256 rows")])

@@ -51,6 +51,7 @@ class Check:
     quantize_args: str
     dev_stack: bool
     say: Any
+    report: "CheckReport"  # a step may add findings beside the steps: c.report.risks.append(Risk(...))
     manifest: Dict[str, Any] = field(default_factory=dict)
     wheel_names: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
@@ -474,7 +475,7 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
         work.mkdir(parents=True, exist_ok=True)
     report = CheckReport(bundle=str(bundle), stack=DEV_STACK if dev_stack else IMAGE_STACK, risks=list(risks or []))
     ctx = Check(Path(bundle), work, rehearse, Path(sglang_src) if sglang_src is not None else None, quantize_args,
-                dev_stack, lines_to(on_event, "check"))
+                dev_stack, lines_to(on_event, "check"), report)
     try:
         Runner(STEPS, on_event).run(ctx, report)
         if not report.ok and (ctx.logs.is_dir() or (ctx.root / "logs").is_dir()):
