@@ -58,6 +58,7 @@ def test_build_inspect_and_check(bundle, tmp_path):
     assert res.exit_code == 1 and a["gate"] == b["gate"] and a["steps"][0]["name"] == "size"
 
 
+@pytest.mark.needs_torch  # tiny-model writes weights with torch
 def test_tiny_model_calib_and_speedset(tmp_path, tokenizer_dir):
     a, b, _ = _both(["tiny-model", str(tmp_path / "t1"), "--layers", "2"], ["tiny-model", str(tmp_path / "t2"), "--layers", "2"])
     assert a["mixer_types"] == b["mixer_types"] and a["path"] == str(tmp_path / "t1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.gptq]
+pytestmark = [pytest.mark.slow, pytest.mark.gptq, pytest.mark.needs_torch]
 
 SCRIPT = r'''
 import sys
