@@ -160,3 +160,20 @@ def test_cli_refuses_a_missing_model_dir(tmp_path):
     (tmp_path / "d.jsonl").write_text("")
     res = CliRunner().invoke(app, ["rehearse-server", str(tmp_path / "nope"), "--data", str(tmp_path / "d.jsonl")])
     assert res.exit_code == 2 and "no config.json" in " ".join(res.output.split())
+
+
+@pytest.mark.slow
+def test_cli_json_carries_every_step(tiny_model_dir, public_set, standin_env, tmp_path):
+    data, answers = public_set
+    env = {k: v for k, v in standin_env.items() if os.environ.get(k) != v}
+    env.update(FAKE_SGLANG_MODE="ready", FAKE_SGLANG_ANSWERS=str(answers))
+    args = ["rehearse-server", str(tiny_model_dir), "--data", str(data), "--per-task", "1", "--bench-rows", "1",
+            "--ready-timeout", "60"]
+    res = CliRunner().invoke(app, ["--format", "json", *args, "--port", str(_free_port()), "-o", str(tmp_path / "a")],
+                             env=env)
+    alias = CliRunner().invoke(app, [*args, "--port", str(_free_port()), "-o", str(tmp_path / "b"), "--json"], env=env)
+    assert res.exit_code == alias.exit_code == 0, res.output
+    got, again = json.loads(res.stdout), json.loads(alias.stdout)
+    assert [s["name"] for s in got["steps"]] == ["server start", "eval", "bench", "server stop", "score"]
+    assert {s["status"] for s in got["steps"]} == {PASS} and got["ok"] and got["score"]["c_factor"] == 1.0
+    assert [s["name"] for s in again["steps"]] == [s["name"] for s in got["steps"]] and again["gate"] == got["gate"]
