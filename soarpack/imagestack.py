@@ -19,14 +19,17 @@ import hashlib
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
 from soarpack.errors import SoarpackError
+from soarpack.steps import EventCallback, lines_to, no_events
 
 # The fork's own pins (python/pyproject.toml), which the image installs.
 IMAGE_PINS = ("torch==2.9.1", "torchao==0.9.0", "transformers==4.57.1")
@@ -135,6 +138,23 @@ def probe_versions(python: os.PathLike, env: Optional[Dict[str, str]] = None) ->
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def make_dev_standin(dest: Path) -> Path:
+    """The development stack's stand-in: a fresh venv that also sees this environment's site-packages, like the
+    image's venv over its torch. Returns its python."""
+    proc = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageStackError(f"cannot make a venv at {dest}: {proc.stderr.strip()[-300:]}")
+    py = dest / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    dirs = []
+    for d in [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]:
+        if d not in dirs and Path(d).is_dir():
+            dirs.append(d)
+    Path(purelib, "_soarpack_host.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+    return py
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,8 +188,9 @@ def _pip_install(python: Path, packages: Sequence[str], log: Callable[[str], Non
 
 
 def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES,
-                       log: Callable[[str], None] = print) -> ImageStack:
+                       on_event: EventCallback = no_events) -> ImageStack:
     """Return the cached stand-in, building it first if needed (once; ~4 GB from PyPI, a few minutes)."""
+    log = lines_to(on_event, "image stand-in")
     root = stack_dir(packages)
     marker = root / ".soarpack-ready.json"
     with _locked(root.with_name(root.name + ".lock")):
@@ -205,7 +226,7 @@ def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PAC
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m soarpack.imagestack`: build (or find) the stand-in and print its python and versions."""
     try:
-        stack = ensure_image_stack(log=lambda m: print(m, file=sys.stderr))
+        stack = ensure_image_stack(on_event=lambda e: print(e.message, file=sys.stderr))
     except SoarpackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -39,7 +39,7 @@ def test_compare_table_formats_and_gate_exit(tmp_path):
     assert only_good.exit_code == 0, only_good.output
     assert only_good.stdout.splitlines()[1].split() == ["good", "100.00", "+20.80", "100.00-100.00", "100.00", "1", "100.00", "100.00", "100.00", "100.00", "pass"]
 
-    both = runner.invoke(app, ["compare", *map(str, good + weak), "--format", "csv"])
+    both = runner.invoke(app, ["compare", *map(str, good + weak), "--table", "csv"])
     assert both.exit_code == 1 and "below the accuracy gate" in both.output and "weak" in both.output
     rows = [line.split(",") for line in both.stdout.strip().splitlines()]
     assert rows[0] == ["run", "ori", "margin", "ci95", "accuracy", "C", "S1", "S8", "Smax", "final", "gate"]
@@ -48,13 +48,24 @@ def test_compare_table_formats_and_gate_exit(tmp_path):
     assert rows[2][0] == "weak" and rows[2][1:3] == ["70.00", "-9.20"]
     assert rows[2][4:] == ["87.50", "0", "100.00", "100.00", "50.00", "0.00", "below"]
 
-    as_json = json.loads(runner.invoke(app, ["compare", *map(str, good + weak), "--format", "json"]).stdout)
+    as_json = json.loads(runner.invoke(app, ["--format", "json", "compare", *map(str, good + weak)]).stdout)
     assert as_json["best_s"] == {"s1": 5.0, "s8": 20.0, "smax": 30.0}
     assert [r["below_gate"] for r in as_json["runs"]] == [False, True]
-    md = runner.invoke(app, ["compare", *map(str, good), "--format", "md"]).stdout.splitlines()
+    assert json.loads(runner.invoke(app, ["compare", *map(str, good + weak), "--json"]).stdout) == as_json
+    md = runner.invoke(app, ["compare", *map(str, good), "--table", "md"]).stdout.splitlines()
     assert md[0].startswith("| run") and set(md[1]) <= {"|", "-"}
-    bad = runner.invoke(app, ["compare", str(good[0]), "--format", "yaml"])
+    bad = runner.invoke(app, ["compare", str(good[0]), "--table", "yaml"])
     assert bad.exit_code == 2 and "yaml" in bad.output
+
+
+def test_compare_old_format_flag_still_works_and_says_its_new_name(tmp_path):
+    good = [_eval(tmp_path, "good", "</think>x"), _bench(tmp_path, "good", {"s1": 10.0, "s8": 20.0, "smax": 30.0})]
+    runner = CliRunner()
+    old = runner.invoke(app, ["compare", *map(str, good), "--format", "md"])
+    assert old.exit_code == 0 and old.stdout == runner.invoke(app, ["compare", *map(str, good), "--table", "md"]).stdout
+    assert "is now --table md" in old.stderr
+    old_json = runner.invoke(app, ["compare", *map(str, good), "--format", "json"])
+    assert json.loads(old_json.stdout)["runs"][0]["below_gate"] is False and "is now --json" in old_json.stderr
 
 
 def test_compare_chart_is_a_png(tmp_path):

@@ -20,7 +20,7 @@ from soarpack.cli import app
 from soarpack.errors import ConfigError, InputDataError
 from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
 
-QUIET = dict(log=lambda msg: None, calib_rows=8)
+QUIET = dict(calib_rows=8)
 
 
 def _build(tmp_path: Path, name: str = "b.tar.gz", **kw) -> Path:

@@ -17,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.check import FAIL, PASS, SKIP, check_bundle, source_prepare_env
+from soarpack.rehearse.check import FAIL, PASS, SKIP, STEPS, check_bundle
+from soarpack.rehearse.probes import source_prepare_env
 from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.bundle.wheels import collect_wheels, default_cache_dir, load_lock, make_pure_wheel
 from soarpack.cli import app
@@ -67,11 +68,13 @@ def test_check_passes_every_step_it_can_run_and_skips_the_rest_with_reasons(chec
     for name in ("extract", "size", "structure", "credentials", "wheel tags", "scripts syntax", "args lint", "image stand-in",
                  "prepare_env.sh", "bundled wheels", "tiny model", "prepare_model.sh", "verify"):
         assert status[name] == PASS, name
-    assert status["server start"] == SKIP
+    assert status["server start"] == SKIP and report["server start"].data == {"needs": "gpu"}
+    assert list(status) == [s.name for s in STEPS]  # every declared step, in order, whatever happened
     for s in report.steps:
         assert s.seconds >= 0
         if s.status == SKIP:
             assert s.detail  # never skipped without a reason
+    assert report.gate() == {"failed": [], "not_run": [], "risks": []} and report.logs_dir is None
 
 
 def test_wheels_were_installed_offline_into_the_overlay_and_soarpack_comes_from_the_bundle(checked):
@@ -109,8 +112,17 @@ def test_cli_check_json(bundle):
     res = runner.invoke(app, ["check", str(bundle), "--no-rehearse", "--json"])
     assert res.exit_code == 1, res.output  # nothing failed, but nothing was rehearsed: not uploadable
     data = json.loads(res.output)
-    assert data["ok"] and {s["name"]: s["status"] for s in data["steps"]}["rehearsal"] == SKIP
+    steps = {s["name"]: s for s in data["steps"]}
+    assert data["ok"] and steps["image stand-in"]["status"] == SKIP and steps["image stand-in"]["detail"] == "--no-rehearse"
+    rehearsal = [s.name for s in STEPS][STEPS.index(next(s for s in STEPS if s.name == "image stand-in")):]
+    assert all(steps[name]["status"] == SKIP for name in rehearsal)
+    assert all(steps[name]["data"]["cause"] == "image stand-in" for name in rehearsal[1:])
+    assert data["gate"] == {"failed": [], "not_run": ["prepare_env.sh", "bundled wheels", "prepare_model.sh", "verify"],
+                            "risks": []}
     assert not data["uploadable"] and data["not_uploadable_because"].startswith("not rehearsed")
+    assert data["risks"] == [] and data["logs_dir"] is None and data["versions"]["python"]
+    assert json.loads(runner.invoke(app, ["--format", "json", "check", str(bundle), "--no-rehearse"]).stdout)["gate"] \
+        == data["gate"]
 
 
 def test_a_dev_stack_rehearsal_passes_but_is_never_uploadable(checked):
@@ -129,8 +141,12 @@ def test_tampered_bundle_fails_structure_and_is_not_rehearsed(work, bundle):
     tampered = pack_tree(root, work / "tampered.tar.gz")
     report = check_bundle(tampered)
     status = _status(report)
-    assert status["structure"] == FAIL and "prepare_model.sh" in next(s.detail for s in report.steps if s.name == "structure")
-    assert status["rehearsal"] == SKIP and not report.ok
+    assert status["structure"] == FAIL and any("prepare_model.sh" in p for p in report["structure"].data["problems"])
+    dependants = {"args lint", "image stand-in", "prepare_env.sh", "bundled wheels", "wheels on CPython 3.10", "sglang patches",
+                  "tiny model", "prepare_model.sh", "verify", "fork loads it", "server start"}
+    assert {name for name, st in status.items() if st == SKIP} == dependants and not report.ok
+    assert all(report[name].data["cause"] == "structure" for name in dependants)
+    assert report["args lint"].detail == "needs structure, which failed"
     res = runner.invoke(app, ["check", str(tampered), "--no-rehearse"])
     assert res.exit_code == 1
 
@@ -141,8 +157,9 @@ def test_unsafe_tarball_fails_extraction(work):
         info = tarfile.TarInfo("../prepare_env.sh")
         tar.addfile(info)
     report = check_bundle(evil)
-    assert [(s.name, s.status) for s in report.steps] == [("size", PASS), ("extract", FAIL)]
-    assert "'..'" in report.steps[1].detail
+    assert [(s.name, s.status) for s in report.steps[:2]] == [("size", PASS), ("extract", FAIL)]
+    assert all(s.status == SKIP and s.data["cause"] == "extract" for s in report.steps[2:])
+    assert "'..'" in report["extract"].detail
     assert not (work / "prepare_env.sh").exists()
 
 
@@ -150,7 +167,7 @@ def test_bundle_with_a_credential_fails_check(work, bundle):
     root = safe_extract(bundle, work / "cred")
     (root / ".netrc").write_text("machine x login y password z\n")
     report = check_bundle(pack_tree(root, work / "cred.tar.gz"), rehearse=False)
-    assert _status(report)["credentials"] == FAIL and ".netrc" in next(s.detail for s in report.steps if s.name == "credentials")
+    assert _status(report)["credentials"] == FAIL and ".netrc" in report["credentials"].detail
 
 
 def test_preprocess_reports_a_failing_quantize_and_leaves_no_output(tmp_path):
@@ -176,7 +193,7 @@ def _cache_is_full() -> bool:
 
 @pytest.mark.skipif(not _cache_is_full(), reason="the real platform wheel set is not in the local cache (soarpack build fills it)")
 def test_real_wheel_bundle_checks_its_tags(work):
-    result = build_bundle(work / "real.tar.gz", log=lambda m: None, calib_rows=8)
+    result = build_bundle(work / "real.tar.gz", calib_rows=8)
     assert len(result.manifest["wheels"]["files"]) == len(load_lock())
     report = check_bundle(result.path, rehearse=False)
     assert _status(report)["wheel tags"] == PASS
@@ -188,7 +205,7 @@ def fp8_bundle(work):
 
     if not load_profile("fp8").patches:
         pytest.skip("the fp8 profile needs no patches any more")
-    return build_bundle(work / "fp8.tar.gz", profile="fp8", wheels=False, log=lambda m: None, calib_rows=8).path
+    return build_bundle(work / "fp8.tar.gz", profile="fp8", wheels=False, calib_rows=8).path
 
 
 def test_patches_that_do_not_apply_fail_the_rehearsal_and_export_the_fallback(work, fp8_bundle):
@@ -196,10 +213,11 @@ def test_patches_that_do_not_apply_fail_the_rehearsal_and_export_the_fallback(wo
     fork.mkdir(parents=True)
     (fork / "__init__.py").write_text("")
     rehearsal = work / "fallback"
-    report = check_bundle(fp8_bundle, sglang_fork=fork.parent, work_dir=rehearsal, keep=True, dev_stack=True)
-    step = next(s for s in report.steps if s.name == "prepare_env.sh")
+    report = check_bundle(fp8_bundle, sglang_src=fork.parent, work_dir=rehearsal, keep=True, dev_stack=True)
+    step = report["prepare_env.sh"]
     assert step.status == FAIL and "FALLBACK" in step.detail
-    assert _status(report)["prepare_model.sh"] == SKIP
+    assert _status(report)["prepare_model.sh"] == SKIP and report["prepare_model.sh"].data["cause"] == "prepare_env.sh"
+    assert report.logs_dir == str(rehearsal)  # --keep: the logs stay where they are
     log = (rehearsal / "bundle" / "logs" / "prepare_env.log").read_text()
     manifest = json.loads((rehearsal / "bundle" / "MANIFEST.json").read_text())
     assert f"SGLANG_SERVER_ARGS={manifest['profile']['fallback_args']}" in log
@@ -217,10 +235,10 @@ def test_patches_apply_in_place_to_a_copy_of_the_real_fork(work, fp8_bundle, for
 
     src = fork_src
     before = check_tree(src).state
-    report = check_bundle(fp8_bundle, sglang_fork=src, rehearse=True, dev_stack=True)
+    report = check_bundle(fp8_bundle, sglang_src=src, rehearse=True, dev_stack=True)
     # fp8_bundle has no wheels, so only that step may fail
     assert [s.name for s in report.steps if s.status == FAIL] == ["bundled wheels"]
-    assert _status(report)["sglang patches"] == PASS
+    assert _status(report)["sglang patches"] == PASS and report["sglang patches"].data["fork_commit"]
     assert check_tree(src).state == before  # the user's checkout is untouched
 
 
@@ -230,7 +248,8 @@ needs_py310 = pytest.mark.skipif(__import__("soarpack.bundle.wheels", fromlist=[
 
 @needs_py310
 def test_wheel_set_missing_a_dependency_fails_on_python310(work):
-    from soarpack.bundle.check import StepFailed, wheels_on_python310
+    from soarpack.rehearse.probes import wheels_on_python310
+    from soarpack.steps import StepFailed
 
     d = work / "needy"
     make_pure_wheel(d, "needy", "1.0", {"needy.py": ""}, requires=["absent-dependency"])
@@ -241,19 +260,19 @@ def test_wheel_set_missing_a_dependency_fails_on_python310(work):
 @needs_py310
 @pytest.mark.skipif(not _cache_is_full(), reason="the real platform wheel set is not in the local cache")
 def test_real_wheel_set_installs_offline_on_python310_complete_but_torch(work):
-    from soarpack.bundle.check import wheels_on_python310
+    from soarpack.rehearse.probes import wheels_on_python310
 
     d = work / "real-wheels"
-    collect_wheels(d, log=lambda m: None)
-    detail = wheels_on_python310(d, work / "real-venv")
-    assert "numpy 2.2.6" in detail and "transformers 5.20.2" in detail
+    collect_wheels(d)
+    data = wheels_on_python310(d, work / "real-venv")
+    assert data["numpy"] == "2.2.6" and data["transformers"] == "5.20.2"
 
 
 def test_bundle_with_a_patched_tree_records_the_fork_commit(work, fork_src):
     from soarpack.serve.patches import check_tree
 
     result = build_bundle(work / "tree.tar.gz", profile="fp8", sglang_src=fork_src, wheels=False,
-                          log=lambda m: None, calib_rows=8)
+                          calib_rows=8)
     sglang = result.manifest["sglang"]
     assert sglang["mode"] == "tree" and sglang["fork_commit"] == check_tree(fork_src).commit
     # the real fork's python/ holds one link into the rest of its checkout; it would dangle in the bundle
@@ -274,7 +293,9 @@ def test_oversize_bundle_fails_check_before_extraction(bundle, monkeypatch):
 
     monkeypatch.setattr(layout, "MAX_BYTES", 1000)
     report = check_bundle(bundle)
-    assert [(s.name, s.status) for s in report.steps] == [("size", FAIL)] and "over the platform" in report.steps[0].detail
+    assert report["size"].status == FAIL and "over the platform" in report["size"].detail
+    assert report["size"].data == {"bytes": bundle.stat().st_size, "limit": 1000}
+    assert all(s.status == SKIP and s.data["cause"] == "size" for s in report.steps[1:])
 
 
 @pytest.mark.skipif(__import__("shutil").which("uv") is None, reason="uv is not on PATH (the platform's installer; pip is used otherwise)")

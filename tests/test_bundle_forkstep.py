@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.check import FAIL, PASS, SKIP, check_bundle
+from soarpack.rehearse.check import FAIL, PASS, SKIP, check_bundle
 from soarpack.bundle.wheels import make_pure_wheel
 
 pytestmark = [pytest.mark.slow, pytest.mark.image_stack]
@@ -21,8 +21,8 @@ def probe_wheels(tmp_path_factory):
 
 
 def _rehearse(tmp_path, probe_wheels, fork, **build):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, log=lambda m: None, **build).path
-    report = check_bundle(bundle, sglang_fork=fork, dev_stack=True)
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, **build).path
+    report = check_bundle(bundle, sglang_src=fork, dev_stack=True)
     return report, {s.name: s for s in report.steps}
 
 
@@ -31,7 +31,8 @@ def test_each_recipe_loads_through_the_fork(tmp_path, probe_wheels, sglang_fork_
     report, steps = _rehearse(tmp_path, probe_wheels, sglang_fork_trees["377b0b5eb"], recipe=recipe)
     step = steps["fork loads it"]
     assert step.status == PASS, step.detail
-    assert f"recipe {recipe}" in step.detail and "0 without a parameter, 0 parameters unwritten" in step.detail
+    assert step.data["recipe"] == recipe and step.data["without_parameter"] == 0 and step.data["unwritten"] == 0
+    assert step.data["as_planned"] == step.data["linears"] > 0 and step.data["problems"] == []
     assert step.versions["python"].startswith("3.10.") and step.versions["torch"].startswith("2.9.1")
     assert report.ok, [(s.name, s.detail) for s in report.steps if s.status == FAIL]
 
@@ -40,10 +41,11 @@ def test_the_patched_fork_loads_it_for_a_profile_with_patches(tmp_path, probe_wh
     report, steps = _rehearse(tmp_path, probe_wheels, sglang_fork_trees["d29fb130c"], profile="fp8")
     assert steps["sglang patches"].status == PASS, steps["sglang patches"].detail
     assert steps["fork loads it"].status == PASS, steps["fork loads it"].detail
-    assert "d29fb130c" in steps["fork loads it"].detail
+    assert steps["fork loads it"].data["fork_commit"] == "d29fb130c"
 
 
 def test_without_a_fork_the_step_says_not_run(tmp_path, probe_wheels):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16, log=lambda m: None).path
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheel_dir=probe_wheels, calib_rows=16).path
     steps = {s.name: s for s in check_bundle(bundle, dev_stack=True).steps}
-    assert steps["fork loads it"].status == SKIP and steps["fork loads it"].detail.startswith("not run")
+    assert steps["fork loads it"].status == SKIP and steps["fork loads it"].data == {"missing": "sglang_src"}
+    assert "--sglang-fork" not in steps["fork loads it"].detail and "--sglang-src" in steps["fork loads it"].detail

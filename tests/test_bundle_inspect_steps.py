@@ -28,7 +28,7 @@ def fp8_bundle(tmp_path_factory):
     work = tmp_path_factory.mktemp("steps")
     calib = work / "mine.jsonl"
     calib.write_text(json.dumps({"text": "hello world " * 20}) + "\n")
-    path = build_bundle(work / "b.tar.gz", profile="fp8", calib=[calib], wheels=False, log=lambda m: None).path
+    path = build_bundle(work / "b.tar.gz", profile="fp8", calib=[calib], wheels=False).path
     root = safe_extract(path, work / "x")
     return path, Path(root)
 

@@ -49,7 +49,7 @@ def test_build_refuses_an_incompatible_wheel_set_with_one_line(tmp_path):
     d = tmp_path / "wheels"
     make_pure_wheel(d, "needs-new-torch", "1.0", requires=["torch>=2.14"])
     with pytest.raises(WheelError, match=r"needs_new_torch-1.0-py3-none-any.whl: requires torch>=2.14"):
-        build_bundle(tmp_path / "b.tar.gz", wheel_dir=d, calib_rows=8, log=lambda m: None)
+        build_bundle(tmp_path / "b.tar.gz", wheel_dir=d, calib_rows=8)
     assert not (tmp_path / "b.tar.gz").exists()
     res = CliRunner().invoke(app, ["build", "--wheel-dir", str(d), "-o", str(tmp_path / "c.tar.gz")])
     assert res.exit_code == 2 and "requires torch>=2.14" in res.output and "Traceback" not in res.output

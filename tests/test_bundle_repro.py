@@ -51,7 +51,7 @@ def test_two_builds_with_separate_empty_caches_are_byte_identical(tmp_path):
     """Network to PyPI (~130 MB per cache) and a CPython 3.10 to compile pypcre."""
     digests = []
     for name in ("cache-a", "cache-b"):
-        out = build_bundle(tmp_path / f"{name}.tar.gz", cache_dir=tmp_path / name, calib_rows=8, log=print).path
+        out = build_bundle(tmp_path / f"{name}.tar.gz", cache_dir=tmp_path / name, calib_rows=8, on_event=lambda e: print(e.message)).path
         digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
     assert digests[0] == digests[1]
 

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from soarpack.bundle import wheels as W
-from soarpack.bundle.check import wheel_tag_problems
+from soarpack.bundle.wheels import wheel_tag_problems
 
 
 def test_lock_pins_the_platform_stack_without_torch():
@@ -74,7 +74,7 @@ def offline_pip(monkeypatch, tmp_path):
 def test_collect_from_a_full_cache_needs_no_network(tmp_path, offline_pip):
     cache = tmp_path / "cache"
     lock = _fake_lock(tmp_path, cache)
-    names = W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock, log=lambda m: None)
+    names = W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock)
     assert names == ["alpha-1.0-py3-none-any.whl", "beta-2.0-py3-none-any.whl"]
     assert (tmp_path / "out" / names[0]).read_bytes() == (cache / names[0]).read_bytes()
 
@@ -86,7 +86,7 @@ def test_a_cached_wheel_with_the_wrong_sha256_is_fetched_again(tmp_path, offline
     (offline_pip / "alpha-1.0-py3-none-any.whl").write_bytes(good)  # what the index serves
     (cache / "alpha-1.0-py3-none-any.whl").write_bytes(b"tampered")
     lines = []
-    names = W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock, log=lines.append)
+    names = W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock, on_event=lambda e: lines.append(e.message))
     assert (cache / "alpha-1.0-py3-none-any.whl").read_bytes() == good
     assert (tmp_path / "out" / names[0]).read_bytes() == good
     assert any("downloading 1 wheels" in ln for ln in lines)
@@ -97,7 +97,7 @@ def test_a_wheel_the_index_lacks_is_named(tmp_path, offline_pip):
     lock = _fake_lock(tmp_path, cache)
     (cache / "alpha-1.0-py3-none-any.whl").unlink()
     with pytest.raises(W.WheelError, match="pip download of the platform wheels failed"):
-        W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock, log=lambda m: None)
+        W.collect_wheels(tmp_path / "out", cache=cache, lock_path=lock)
 
 
 def test_wheel_dir_is_copied_as_is(tmp_path):

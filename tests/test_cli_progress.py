@@ -12,7 +12,7 @@ from soarpack.cli import app
 
 
 def test_check_announces_each_step_before_its_result(tmp_path):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, calib_rows=8, log=lambda m: None).path
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, calib_rows=8).path
     result = CliRunner().invoke(app, ["check", str(bundle), "--no-rehearse"])
     lines = result.output.splitlines()
     for step in ("size", "extract", "structure", "args lint"):

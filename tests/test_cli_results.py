@@ -48,7 +48,7 @@ def test_eval_on_the_same_server_says_what_it_resumes(tmp_path):
     notes = []
     with FakeSGLang(chat=_right) as server:
         run_eval(EvalConfig(api_base=server.url, data=data, output=out, num_samples=3))
-        report = run_eval(EvalConfig(api_base=server.url + "/", data=data, output=out), note=notes.append)
+        report = run_eval(EvalConfig(api_base=server.url + "/", data=data, output=out), on_event=lambda e: e.kind == "info" and notes.append(e.message))
         assert len(server.chat_bodies) == 4
     assert notes == [f"resuming 3/4 rows from {out}"]
     assert report["complete"] and report["ori_accuracy"] == 100.0
@@ -85,7 +85,7 @@ def test_api_base_without_scheme_says_add_http(tmp_path):
 
 
 def test_results_record_what_they_measured(tmp_path):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, calib_rows=8, log=lambda m: None)
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, calib_rows=8)
     data, out = _data(tmp_path), tmp_path / "eval.json"
     with FakeSGLang(chat=_right, model_id="/models/q") as server:
         run_eval(EvalConfig(api_base=server.url, data=data, output=out, label="w4-mlp try 2",

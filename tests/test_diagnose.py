@@ -103,7 +103,7 @@ def test_a_server_that_never_gets_healthy_is_named(tmp_path):
 
     with pytest.raises(ServerError) as err:
         start_server([sys.executable, "-c", "import time; print('loading weights', flush=True); time.sleep(30)"],
-                     port=9, log_path=tmp_path / "server.log", timeout_s=1, log=lambda m: None, poll_s=0.2)
+                     port=9, log_path=tmp_path / "server.log", timeout_s=1, poll_s=0.2)
     d = diagnose_text(f"error: {err.value}", kind="log")
     assert ids(d) == {"server-not-ready"}
 
@@ -114,7 +114,7 @@ def test_a_server_that_dies_first_is_named_with_its_own_log(tmp_path):
     boom = "raise AttributeError(\"can't set attribute 'sparse_layer_ids'\")"
     with pytest.raises(ServerError) as err:
         start_server([sys.executable, "-c", boom], port=9, log_path=tmp_path / "server.log", timeout_s=30,
-                     log=lambda m: None, poll_s=0.2)
+                     poll_s=0.2)
     (tmp_path / "rehearse.log").write_text(f"error: {err.value}\n")
     d = diagnose([tmp_path])
     assert {"server-not-ready", "derived-config-key"} <= ids(d)
@@ -291,36 +291,37 @@ def test_context_next_to_an_oom_is_reported(tmp_path):
 @pytest.mark.needs_torch  # the rehearsal makes a tiny model
 def test_a_failed_check_keeps_its_logs_prints_the_command_and_diagnose_names_the_failures(tmp_path, monkeypatch):
     from soarpack.bundle.build import build_bundle
-    from soarpack.bundle.check import check_bundle
+    from soarpack.rehearse.check import check_bundle
 
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, log=lambda m: None).path
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False).path
     # A quantize flag that soarpack refuses at once: prepare_model.sh fails in seconds, as on a bad platform run.
     report = check_bundle(bundle, dev_stack=True, quantize_args="--rows -5 --device cpu --no-report")
-    assert not report.ok and report.logs
-    kept = Path(report.logs)
-    assert kept.parent == tmp_path / "tmp" and (kept / "logs" / "prepare_env.log").is_file()
-    assert json.loads((kept / "check.json").read_text())["logs"] == str(kept)
+    assert not report.ok and report.logs_dir
+    kept = Path(report.logs_dir)
+    assert kept.parent == tmp_path / "tmp" and (kept / "prepare_env.log").is_file()
+    assert json.loads((kept / "check.json").read_text())["steps"]
     d = diagnose([kept])
     assert {"bundle-without-wheels", "prepare-model-error"} <= ids(d)
     # the check report alone names it too: the failed step's detail holds soarpack's error line
     assert "prepare-model-error" in ids(diagnose([kept / "check.json"]))
     assert "--rows" in finding(d, "prepare-model-error").detail["cause"]
-    assert not any(p.name.startswith("soarpack-check-") and not p.name.startswith("soarpack-check-logs-")
+    assert not any(p.name.startswith("soarpack-check-") and not p.name.startswith("soarpack-check-failed-")
                    for p in (tmp_path / "tmp").iterdir())  # the rehearsal itself is still removed
 
 
 def test_check_cli_prints_where_the_logs_are_and_the_diagnose_command(tmp_path, monkeypatch):
-    from soarpack.bundle import check as check_mod
-    from soarpack.bundle.check import CheckReport, Step
+    from soarpack.rehearse import check as check_mod
+    from soarpack.rehearse.check import CheckReport
+    from soarpack.steps import StepResult
 
     kept = tmp_path / "kept"
 
     def fake_check(bundle, **kw):
-        report = CheckReport(str(bundle), [Step("prepare_model.sh", "fail", "exit 1")])
-        report.logs = str(kept)
+        report = CheckReport(steps=[StepResult("prepare_model.sh", "fail", "exit 1", gates=True)], bundle=str(bundle))
+        report.logs_dir = str(kept)
         return report
 
     monkeypatch.setattr(check_mod, "check_bundle", fake_check)
@@ -330,59 +331,27 @@ def test_check_cli_prints_where_the_logs_are_and_the_diagnose_command(tmp_path, 
     assert f"logs are kept in {kept}" in result.output and f"soarpack diagnose {kept}" in result.output
 
 
-class _Report:
-    def __init__(self, ok):
-        self.ok, self.logs = ok, None
-
-    def to_dict(self):
-        return {"steps": [{"name": "prepare_model.sh", "status": "fail", "detail": "exit 1"}], "uploadable": False,
-                "logs": self.logs}
-
-
-def test_kept_logs_go_to_a_new_folder_or_stay_in_the_keep_folder(tmp_path, monkeypatch):
-    from soarpack.bundle.keptlogs import keep_failed_logs
-
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+def test_diagnose_reads_a_kept_keep_folder_but_not_the_venvs_beside_the_logs(tmp_path):
     work = tmp_path / "work"
     (work / "bundle" / "logs").mkdir(parents=True)
     (work / "bundle" / "logs" / "prepare_env.log").write_text("[soarpack prepare_env 10:00:00] done\n")
-    assert keep_failed_logs(_Report(True), work, work / "bundle", work_stays=False) is None  # nothing failed
-    assert keep_failed_logs(_Report(False), work, work / "nothing", work_stays=False) is None  # no rehearsal log
-    report = _Report(False)
-    kept = keep_failed_logs(report, work, work / "bundle", work_stays=False)
-    assert kept.parent == tmp_path and kept.name.startswith("soarpack-check-logs-") and report.logs == str(kept)
-    assert (kept / "logs" / "prepare_env.log").is_file()
-    assert json.loads((kept / "check.json").read_text())["logs"] == str(kept)
-    stays = keep_failed_logs(_Report(False), work, work / "bundle", work_stays=True)
-    assert stays == work and (work / "check.json").is_file()
-    # diagnose reads a kept --keep folder: the check report and the bundle's logs, not the venvs beside them
+    (work / "check.json").write_text(json.dumps({"steps": [{"name": "prepare_model.sh", "status": "fail",
+                                                           "detail": "exit 1"}], "uploadable": False}))
     (work / "image" / "lib").mkdir(parents=True)
     (work / "image" / "lib" / "noise.log").write_text("Traceback (most recent call last):\nKeyError: 1\n")
     d = diagnose([work])
     assert {i.path.name for i in d.inputs} == {"check.json", "prepare_env.log"}
 
 
-def test_the_catalogue_is_listed_with_its_sources():
-    result = runner.invoke(app, ["diagnose", "--catalogue"])
-    assert result.exit_code == 0
-    assert "torchao-scalingtype  [error]" in result.output and "source: log tests/data/diagnose/torchao-scalingtype.log" in result.output
-    assert "platform-server-timeout  [error]" in result.output and "UNVERIFIED" in result.output
-    data = json.loads(runner.invoke(app, ["diagnose", "--catalogue", "--json"]).output)
-    assert all(e["sources"] or e["unverified"] for e in data)
-
-
-def test_no_path_is_bad_input():
-    result = runner.invoke(app, ["diagnose"])
-    assert result.exit_code == 2 and "no log or folder given" in result.output
-
-
 def test_a_check_report_whose_overlay_import_failed_names_torchao(tmp_path):
     # What check's "bundled wheels" step records when the overlay import fails: the last stderr line of the real
-    # ImportError (the log produced on the image stand-in), after check's own words (soarpack/bundle/check.py).
-    from soarpack.bundle.check import CheckReport, Step
+    # ImportError (the log produced on the image stand-in), after check's own words (soarpack/rehearse/check.py).
+    from soarpack.rehearse.check import CheckReport
+    from soarpack.steps import StepResult
 
     last = (REPO / "tests" / "data" / "diagnose" / "torchao-scalingtype.log").read_text().strip().splitlines()[-1]
-    report = CheckReport("b.tar.gz", [Step("bundled wheels", "fail", f"the overlay cannot import the quantization stack: {last}")])
+    report = CheckReport(steps=[StepResult("bundled wheels", "fail", f"the overlay cannot import the quantization stack: {last}")],
+                         bundle="b.tar.gz")
     path = tmp_path / "check.json"
     path.write_text(json.dumps(report.to_dict()))
     d = diagnose([path])

@@ -24,7 +24,7 @@ def _rows(root, names):
 
 
 def test_platform_run_holds_out_rows_that_never_calibrate(tmp_path, tiny_model_dir):
-    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False, log=lambda m: None)
+    bundle = build_bundle(tmp_path / "b.tar.gz", wheels=False)
     root = safe_extract(bundle.path, tmp_path / "bundle")
     quant = bundle.manifest["quantize"]
     calib, held = _rows(root, quant["calib"]), _rows(root, quant["held_out"])

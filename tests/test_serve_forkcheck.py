@@ -31,7 +31,7 @@ def image_python():
     from soarpack.imagestack import ImageStackError, ensure_image_stack
 
     try:
-        return ensure_image_stack(log=lambda m: None).python
+        return ensure_image_stack().python
     except ImageStackError as exc:
         if IN_CI:
             raise
@@ -89,7 +89,7 @@ def _rewrite_tensors(ckpt: Path, edit) -> None:
 @pytest.mark.parametrize("commit", ["377b0b5eb", "d29fb130c"])
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_each_recipe_loads_through_the_fork(quantized, patched_trees, image_python, commit, recipe):
-    result = F.run_fork_check(quantized[recipe], patched_trees[commit], python=image_python, log=lambda m: None)
+    result = F.run_fork_check(quantized[recipe], patched_trees[commit], python=image_python)
     print(result.table, result.summary, sep="\n")
     assert result.ok, result.problems
     report = result.report
@@ -121,7 +121,7 @@ def test_a_model_with_both_output_gates_off_loads_through_the_fork(patched_trees
     tiny = make_tiny_model(tmp_path / "no-gates", num_layers=4,
                            config_overrides={"attn_use_output_gate": False, "use_output_gate": False})
     quantize(tiny, tmp_path / "q", quantize_options(recipe="w4-full", **FAST))
-    result = F.run_fork_check(tmp_path / "q", patched_trees["377b0b5eb"], python=image_python, log=lambda m: None)
+    result = F.run_fork_check(tmp_path / "q", patched_trees["377b0b5eb"], python=image_python)
     assert result.ok, result.problems
     assert not [r for r in result.rows if r.module.endswith(("o_gate", "z_proj"))]
     assert result.report["unwritten"] == [] and result.report["orphans"] == []
@@ -132,7 +132,7 @@ def test_a_model_with_both_output_gates_off_loads_through_the_fork(patched_trees
 def test_a_missing_scales_tensor_leaves_its_parameter_unwritten(quantized, patched_trees, image_python, tmp_path):
     ckpt = _copy(quantized["w4-mlp"], tmp_path / "ckpt")
     _rewrite_tensors(ckpt, lambda s: s.pop("model.layers.1.mlp.down_proj.scales"))
-    result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python, log=lambda m: None)
+    result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python)
     assert not result.ok
     assert result.problems == ["parameter model.layers.1.mlp.down_proj.scales: never written by load_weights "
                                "(a tensor is missing from the checkpoint)"]
@@ -146,7 +146,7 @@ def test_an_extra_tensor_is_named(quantized, patched_trees, image_python, tmp_pa
 
     ckpt = _copy(quantized["w4-mlp"], tmp_path / "ckpt")
     _rewrite_tensors(ckpt, lambda s: s.update({"model.layers.0.mlp.extra_proj.weight": torch.zeros(4, 4, dtype=torch.bfloat16)}))
-    result = F.run_fork_check(ckpt, patched_trees["d29fb130c"], python=image_python, log=lambda m: None)
+    result = F.run_fork_check(ckpt, patched_trees["d29fb130c"], python=image_python)
     assert not result.ok
     assert len(result.problems) == 1, result.problems
     assert result.problems[0].startswith("checkpoint tensor model.layers.0.mlp.extra_proj.weight has no parameter")
@@ -159,7 +159,7 @@ def test_a_recipe_that_disagrees_with_dynamic_is_caught(quantized, patched_trees
     raw = json.loads((ckpt / "config.json").read_text())
     raw["quantization_config"]["meta"]["recipe"] = "w4-full"  # dynamic still keeps attention 16-bit
     (ckpt / "config.json").write_text(json.dumps(raw, indent=2))
-    result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python, log=lambda m: None)
+    result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python)
     assert not result.ok
     assert result.problems and all("recipe w4-full plans W4 g128" in p and "16-bit" in p for p in result.problems)
     assert "model.layers.0.self_attn.qkv_proj: the fork serves it 16-bit" in result.problems[0]
@@ -216,7 +216,7 @@ def test_a_missing_non_gpu_module_is_named_not_a_traceback(tiny_quantized_config
     probe = subprocess.run([bare, "-I", "-c", "import torch"], capture_output=True)
     if probe.returncode == 0:
         pytest.skip("not run: this CPython 3.10 has torch, so no module is missing")
-    result = F.run_fork_check(tiny_quantized_config, sglang_fork_trees["377b0b5eb"], python=bare, log=lambda m: None)
+    result = F.run_fork_check(tiny_quantized_config, sglang_fork_trees["377b0b5eb"], python=bare)
     assert not result.ok
     assert result.problems == ["module 'torch' is missing from this interpreter (the fork's import chain needs it; "
                                "only GPU-only extensions are stood in)"]

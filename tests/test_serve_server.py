@@ -16,7 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.cli import app
+from soarpack.rehearse import server as R
 from soarpack.serve import server as S
+from soarpack.steps import FAIL, PASS, SKIP
 
 TESTS = Path(__file__).resolve().parent
 LAUNCH_SERVER = '''
@@ -102,8 +104,8 @@ def test_ready_server_is_evaluated_benched_scored_and_stopped(tiny_model_dir, pu
     data, answers = public_set
     env = dict(standin_env, FAKE_SGLANG_MODE="ready", FAKE_SGLANG_ANSWERS=str(answers))
     lines = []
-    result = S.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=2,
-                               bench_rows=2, ready_timeout_s=60, env=env, log=lines.append)
+    result = R.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=2,
+                               bench_rows=2, ready_timeout_s=60, env=env, on_event=lambda e: lines.append(e.message))
     assert result.eval["scored"] == 10 and result.eval["ori_accuracy"] == 90.0
     assert result.ok and "expected C = 1.0" in result.gate and "margin +10.80 points to the 79.2 cliff" in result.gate
     assert set(result.bench["tiers"]) == {"s1", "s8", "smax"} and not any(t["failed"] for t in result.bench["tiers"].values())
@@ -114,17 +116,23 @@ def test_ready_server_is_evaluated_benched_scored_and_stopped(tiny_model_dir, pu
     assert argv[-5:] == ["--tp-size", "1", "--max-running-requests", "32", "--enable-metrics"]
     assert "clean shutdown" in log and result.exit_code == 0  # SIGTERM, then a clean exit; the log is kept
     assert any("server healthy" in line for line in lines)
+    assert result.report.status() == {"server start": PASS, "eval": PASS, "bench": PASS, "server stop": PASS, "score": PASS}
+    assert result.report["score"].data["c_factor"] == 1.0 and result.report["eval"].data["scored"] == 10
+    assert result.report["server stop"].data["exit_code"] == 0
 
 
 def test_a_server_that_dies_at_start_shows_its_last_log_lines(tiny_model_dir, public_set, standin_env, tmp_path):
     data, _ = public_set
     env = dict(standin_env, FAKE_SGLANG_MODE="die")
-    with pytest.raises(S.ServerError) as exc:
-        S.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=1, bench_rows=1,
-                          ready_timeout_s=60, env=env, log=lambda m: None)
-    msg = str(exc.value)
-    assert "exited with code 3" in msg and "KeyError: 'model.layers.0.mlp.extra_proj.weight'" in msg
-    assert "\n" not in msg and (tmp_path / "out" / "server.log").is_file()
+    result = R.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "out", port=_free_port(), per_task=1,
+                               bench_rows=1, ready_timeout_s=60, env=env)
+    start = result.report["server start"]
+    assert start.status == FAIL and not result.ok
+    assert "exited with code 3" in start.detail and "KeyError: 'model.layers.0.mlp.extra_proj.weight'" in start.detail
+    assert "\n" not in start.detail and (tmp_path / "out" / "server.log").is_file()
+    # every later step needs the server: skipped, each naming it
+    assert {r.name: (r.status, r.data["cause"]) for r in result.report.steps[1:]} == {
+        name: (SKIP, "server start") for name in ("eval", "bench", "server stop", "score")}
 
 
 def test_a_server_never_healthy_times_out_and_is_stopped(standin_env, tmp_path):
@@ -133,7 +141,7 @@ def test_a_server_never_healthy_times_out_and_is_stopped(standin_env, tmp_path):
     cmd = S.launch_command(tmp_path, [], _free_port())
     with pytest.raises(S.ServerError, match="not healthy after 2 s"):
         S.start_server(cmd, int(cmd[cmd.index("--port") + 1]), tmp_path / "server.log", timeout_s=2.0, env=env,
-                       log=lines.append, poll_s=0.2)
+                       on_event=lambda e: lines.append(e.message), poll_s=0.2)
     assert "argv" in (tmp_path / "server.log").read_text()
 
 
@@ -144,7 +152,7 @@ def test_progress_lines_while_waiting(standin_env, tmp_path, monkeypatch):
     cmd = S.launch_command(tmp_path, [], _free_port())
     with pytest.raises(S.ServerError):
         S.start_server(cmd, int(cmd[cmd.index("--port") + 1]), tmp_path / "server.log", timeout_s=1.6, env=env,
-                       log=lines.append, poll_s=0.2)
+                       on_event=lambda e: lines.append(e.message), poll_s=0.2)
     assert any(line.startswith("waiting for the server on http://127.0.0.1:") for line in lines)
 
 
@@ -152,3 +160,20 @@ def test_cli_refuses_a_missing_model_dir(tmp_path):
     (tmp_path / "d.jsonl").write_text("")
     res = CliRunner().invoke(app, ["rehearse-server", str(tmp_path / "nope"), "--data", str(tmp_path / "d.jsonl")])
     assert res.exit_code == 2 and "no config.json" in " ".join(res.output.split())
+
+
+@pytest.mark.slow
+def test_cli_json_carries_every_step(tiny_model_dir, public_set, standin_env, tmp_path):
+    data, answers = public_set
+    env = {k: v for k, v in standin_env.items() if os.environ.get(k) != v}
+    env.update(FAKE_SGLANG_MODE="ready", FAKE_SGLANG_ANSWERS=str(answers))
+    args = ["rehearse-server", str(tiny_model_dir), "--data", str(data), "--per-task", "1", "--bench-rows", "1",
+            "--ready-timeout", "60"]
+    res = CliRunner().invoke(app, ["--format", "json", *args, "--port", str(_free_port()), "-o", str(tmp_path / "a")],
+                             env=env)
+    alias = CliRunner().invoke(app, [*args, "--port", str(_free_port()), "-o", str(tmp_path / "b"), "--json"], env=env)
+    assert res.exit_code == alias.exit_code == 0, res.output
+    got, again = json.loads(res.stdout), json.loads(alias.stdout)
+    assert [s["name"] for s in got["steps"]] == ["server start", "eval", "bench", "server stop", "score"]
+    assert {s["status"] for s in got["steps"]} == {PASS} and got["ok"] and got["score"]["c_factor"] == 1.0
+    assert [s["name"] for s in again["steps"]] == [s["name"] for s in got["steps"]] and again["gate"] == got["gate"]

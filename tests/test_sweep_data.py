@@ -29,7 +29,7 @@ from soarpack.fsutil import sha256_file
 from soarpack.quant.calib import read_examples
 from soarpack.serve.lint import lint_args
 
-QUIET = dict(log=lambda msg: None, calib_rows=8)
+QUIET = dict(calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12
 
 
@@ -440,8 +440,8 @@ def test_row_116_interrupted_bench_keeps_the_earlier_complete_output(tmp_path, t
         run_bench(BenchConfig(api_base=server.url, tiers=tiers, tokenizer_dir=Path(tokenizer_dir), output=out, settle_s=0.0))
         earlier = out.read_bytes()
 
-        def interrupt_in_s8(tier, done, total):
-            if tier == "s8":
+        def interrupt_in_s8(event):
+            if event.phase == "s8":
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):

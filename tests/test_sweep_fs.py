@@ -354,7 +354,7 @@ def test_row_092_check_of_a_no_wheels_bundle_is_not_uploadable(tmp_path):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle") / "b.tar.gz"
-    return build_bundle(out, wheels=False, calib_rows=8, log=lambda m: None).path
+    return build_bundle(out, wheels=False, calib_rows=8).path
 
 
 def _info(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:

@@ -25,7 +25,8 @@ from soarpack.bench.client import make_client, stream_generate
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.bench.speed import BenchConfig, run_bench
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.check import FAIL, check_bundle
+from soarpack.rehearse.check import check_bundle
+from soarpack.steps import FAIL
 from soarpack.bundle.secrets import CredentialError, find_secret, scan_tree
 from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.cli import app
@@ -33,7 +34,7 @@ from soarpack.errors import ConfigError, SoarpackError
 from soarpack.serve.lint import lint_args
 from soarpack.serve.profiles import list_profiles, load_profile
 
-QUIET = dict(log=lambda msg: None, calib_rows=8)
+QUIET = dict(calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12
 GH_TOKEN = "ghp_" + "B7x" * 12
 AWS_KEY = "AKIA" + "QX3Z7" * 3 + "Q"

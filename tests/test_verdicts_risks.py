@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from soarpack.bundle import check as check_mod
+from soarpack.rehearse import check as check_mod
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.check import PASS, REHEARSED, Step, check_bundle
+from soarpack.rehearse.check import check_bundle
+from soarpack.steps import PASS, SKIP, StepResult
 from soarpack.bundle.risks import RISK_NAMES, manifest_risks, verdict
 from soarpack.bundle.summary import inspect_bundle
 from soarpack.cli import app
@@ -20,7 +21,7 @@ from soarpack.quant.recipe import list_recipes, load_recipe
 from soarpack.serve.profiles import list_profiles, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
-QUIET = dict(log=lambda m: None, wheels=False)
+QUIET = dict(wheels=False)
 
 
 def _anchors(path: Path):
@@ -126,7 +127,7 @@ def _names(risks):
 
 def test_w4_full_names_its_measured_risk_with_source_and_c(tmp_path):
     logged = []
-    built = build_bundle(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], log=logged.append,
+    built = build_bundle(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], on_event=lambda e: logged.append(e.message),
                          wheels=False)
     assert _names(built.risks) == ["recipe-below-gate"]
     line = built.risks[0].line()
@@ -202,8 +203,9 @@ def rehearsed(monkeypatch):
     real = check_mod.check_bundle
 
     def fake(bundle, **kwargs):
-        report = real(bundle, rehearse=False)
-        report.steps = [s for s in report.steps if s.name != "rehearsal"] + [Step(n, PASS) for n in REHEARSED]
+        report = real(bundle, **{**kwargs, "rehearse": False})
+        report.steps = [StepResult(s.name, PASS, gates=s.gates, needs=s.needs) if s.status == SKIP else s
+                        for s in report.steps]
         return report
 
     monkeypatch.setattr(check_mod, "check_bundle", fake)
@@ -222,7 +224,7 @@ def test_check_exits_1_for_w4_full_unless_the_risk_is_accepted(tmp_path, rehears
     assert "risk recipe-below-gate: recipe w4-full" in accepted.stdout
     assert "uploadable, 1 risk: recipe-below-gate (accepted) -- " in accepted.stdout
     as_json = json.loads(runner.invoke(app, ["check", str(bundle), "--json", "--accept-risk", "recipe-below-gate"]).stdout)
-    assert as_json["upload"] is True and as_json["risks"][0]["name"] == "recipe-below-gate"
+    assert as_json["uploadable"] is True and as_json["risks"][0]["name"] == "recipe-below-gate"
     typo = runner.invoke(app, ["check", str(bundle), "--accept-risk", "below-gate"])
     assert typo.exit_code == 2 and "is not a risk name" in typo.output
 

@@ -31,6 +31,7 @@ from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.steps import Event, EventCallback, lines_to, no_events
 
 EVAL_KIND = "soarpack.eval"
 PLATFORM_MAX_TOKENS = 65536
@@ -207,9 +208,10 @@ async def _ask(client, model: str, question: str, cfg: EvalConfig, stop: List[st
     return result, first_error, attempt
 
 
-async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None,
-                         note: Callable[[str], None] = lambda message: None) -> dict:
-    """Send every unscored row (at most `concurrency` in flight), score it, and return the report."""
+async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -> dict:
+    """Send every unscored row (at most `concurrency` in flight), score it, and return the report. Each scored row
+    is a "progress" event whose data is the row's record; notes are "info" events."""
+    note = lines_to(on_event, "eval")
     check_eval_config(cfg)
     api_base = http.check_api_base(cfg.api_base)
     if cfg.output is not None:
@@ -256,8 +258,8 @@ async def run_eval_async(cfg: EvalConfig, on_result: Optional[Callable[[dict, in
             async with gate:
                 result, first_error, attempts = await _ask(client, header["model"], rows[index]["question"], cfg, stop)
             done[index] = score_record(index, rows[index], result, first_error, attempts)
-            if on_result is not None:
-                on_result(done[index], sum(1 for i in selected if i in done), len(selected))
+            on_event(Event("progress", "eval", done=sum(1 for i in selected if i in done), total=len(selected),
+                           data=done[index]))
             save()
 
         try:
@@ -287,6 +289,5 @@ def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dic
     note(f"resuming {scored}/{total} rows from {cfg.output}" + (f" ({mismatch}; --resume)" if mismatch else ""))
 
 
-def run_eval(cfg: EvalConfig, on_result: Optional[Callable[[dict, int, int], None]] = None,
-             note: Callable[[str], None] = lambda message: None) -> dict:
-    return asyncio.run(run_eval_async(cfg, on_result, note))
+def run_eval(cfg: EvalConfig, on_event: EventCallback = no_events) -> dict:
+    return asyncio.run(run_eval_async(cfg, on_event))

@@ -28,6 +28,7 @@ from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.stats import summary_ms
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.steps import Event, EventCallback, no_events
 
 BENCH_KIND = "soarpack.bench"
 TIER_CONCURRENCY: Dict[str, Optional[int]] = {"s1": 1, "s8": 8, "smax": None}
@@ -198,7 +199,7 @@ def bench_inputs(cfg: BenchConfig) -> list:
     return [*cfg.tiers.values(), *(p for p in (cfg.tokenizer_dir, bundle) if p is not None)]
 
 
-async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events) -> dict:
     check_bench_config(cfg)
     pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
     api_base = http.check_api_base(cfg.api_base)
@@ -216,7 +217,7 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
             if name not in prepared:
                 continue
             concurrency = cfg.concurrency_override.get(name, TIER_CONCURRENCY[name])
-            progress = (lambda done, total, _name=name: on_event(_name, done, total)) if on_event else None
+            progress = lambda done, total, _name=name: on_event(Event("progress", _name, done=done, total=total))  # noqa: E731
             tier = await run_tier(client, prepared[name], concurrency, warmup=cfg.warmup, flush_cache=cfg.flush_cache,
                                   settle_s=cfg.settle_s, stall_s=cfg.stall_s, deadline_s=cfg.deadline_s,
                                   on_done=progress)
@@ -229,5 +230,5 @@ async def run_bench_async(cfg: BenchConfig, on_event: Optional[Callable[[str, in
     return report
 
 
-def run_bench(cfg: BenchConfig, on_event: Optional[Callable[[str, int, int], None]] = None) -> dict:
+def run_bench(cfg: BenchConfig, on_event: EventCallback = no_events) -> dict:
     return asyncio.run(run_bench_async(cfg, on_event))

@@ -1,8 +1,8 @@
-"""The submission bundle: build the .tar.gz the SOAR platform runs, and rehearse it before an upload is spent.
+"""The submission bundle: build the .tar.gz the SOAR platform runs (soarpack.rehearse.check rehearses it).
 
     build.py     build_bundle(): tree + MANIFEST.json + deterministic tarball; refuses oversize and credentials
-    check.py     check_bundle(): safe extraction, structure, lint, then a rehearsal of prepare_env/prepare_model
-    wheels.py    the platform wheel set (CPython 3.10 manylinux x86_64) from platform-lock.json, with a cache
+    wheels.py    the platform wheel set (CPython 3.10 manylinux x86_64) from platform-lock.json, with a cache;
+                 the wheel-tag check
     tarpack.py   deterministic packing, safe extraction
     manifest.py  MANIFEST.json: sha256 + size of every file, provenance
     secrets.py   what counts as a credential

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import soarpack
 from soarpack.bundle import layout
@@ -34,6 +34,7 @@ from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
+from soarpack.steps import Event, EventCallback, no_events
 
 PLATFORM = "platform"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -256,7 +257,7 @@ def build_bundle(
     max_bytes: int = layout.MAX_BYTES,
     warn_bytes: int = layout.WARN_BYTES,
     force: bool = False,
-    log: Callable[[str], None] = print,
+    on_event: EventCallback = no_events,
 ) -> BuildResult:
     """Build the submission tarball; every input is checked before the slow parts (wheels, packing).
 
@@ -292,17 +293,17 @@ def build_bundle(
         warnings += lint_profile_for_bundle(prof, rec, prof.patches)
         if fallback is not None:
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
-        log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
+        on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
         calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec)
-        log(calibration_line(calib_origin))
+        on_event(Event("info", "build", calibration_line(calib_origin)))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
         atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
         if wheels:
             wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
-                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, log=log)
+                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, on_event=on_event)
             wheel_source = "dir" if wheel_dir else "lock"
             problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
             if problems:
@@ -330,7 +331,8 @@ def build_bundle(
             out_path = default_output(prof.name, rec.name, content_hash(manifest))
             ensure_writable_output(out_path, what="-o", inputs=inputs)
         # Packed beside the target and placed only once it is complete and within the limit.
-        with placing(out_path, force=force, inputs=inputs, what="-o", log=log) as packing:
+        with placing(out_path, force=force, inputs=inputs, what="-o",
+                     log=lambda m: on_event(Event("info", "build", m))) as packing:
             write_tarball(stage, packing.path)
             size = packing.path.stat().st_size
             if size > max_bytes:
@@ -339,10 +341,10 @@ def build_bundle(
         if size > warn_bytes:
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
     for w in warnings:
-        log(f"warning: {w}")
+        on_event(Event("problem", "build", w))
     risks = manifest_risks(manifest)
     for risk in risks:
-        log(risk.line())
+        on_event(Event("info", "build", risk.line()))
     return BuildResult(out_path, size, manifest, warnings, risks, packing.placed.outcome)
 
 

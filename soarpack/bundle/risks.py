@@ -14,31 +14,17 @@ Computed from what `soarpack build` recorded in MANIFEST.json: the recipe's and 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from soarpack.bench.scoring import c_factor, full_credit_ori, overall_accuracy
 from soarpack.errors import ConfigError
 from soarpack.evidence import Evidence
 from soarpack.quant.calibinfo import MIN_PUBLIC_TASKS, PUBLIC_TASKS, public_tasks_covered, where_from
+from soarpack.steps import Risk
 
 RISK_NAMES = ("recipe-below-gate", "profile-below-gate", "recipe-flagged", "profile-flagged", "calib-short",
               "calib-builtin", "calib-tasks")
 CALIBRATION_SOURCE = "docs/evidence.md#calibration"
-
-
-@dataclass(frozen=True)
-class Risk:
-    name: str  # what --accept-risk takes
-    message: str
-    source: str  # the evidence, where it is written down
-    blocks: bool = False  # check exits 1 unless it is accepted
-
-    def line(self) -> str:
-        return f"risk {self.name}: {self.message} ({self.source})"
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
 
 def _c_text(low: float, high: float) -> str:

@@ -143,7 +143,7 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
     except ValueError as exc:
         raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})", "rebuild the bundle with `soarpack build`") from None
     env = parse_bundle_env(files[layout.BUNDLE_ENV])
-    from soarpack.bundle.check import PLATFORM_DEFAULT_ARGS
+    from soarpack.serve.server import PLATFORM_DEFAULT_ARGS
 
     known = {"dir": BUNDLE, "SGLANG_SERVER_ARGS": PLATFORM_ARGS.format(PLATFORM_DEFAULT_ARGS),
              "SOARPACK_IMAGE_PYTHON": "(the image's python)", **env}

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import atomic_write_json, sha256_file
 from soarpack.imagestack import cache_root, find_python310  # noqa: F401 - find_python310 is used here and by callers
+from soarpack.steps import EventCallback, lines_to, no_events
 
 LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
 TARGET_PYTHON = "3.10"
@@ -200,8 +201,9 @@ def _platform_args() -> List[str]:
     return args
 
 
-def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log=print) -> None:
+def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, on_event: EventCallback = no_events) -> None:
     """Download/build every locked wheel that the cache lacks (network to PyPI needed only then)."""
+    log = lines_to(on_event, "wheels")
     cache.mkdir(parents=True, exist_ok=True)
     missing = [w for w in lock if _cached(cache, w) is None]
     binaries = [w for w in missing if w.source == "pypi"]
@@ -221,18 +223,20 @@ def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log=print) -> Non
             raise WheelError("building the pypcre wheel needs a CPython 3.10 (the platform's Python) and none was found",
                              "install one (pyenv install 3.10" + (", uv python install 3.10" if shutil.which("uv") else "")
                              + ") or point SOARPACK_PYTHON310 at one")
-        build_sdist_wheels(py310 or sys.executable, sdists, cache, log)
+        build_sdist_wheels(py310 or sys.executable, sdists, cache, on_event)
     still = [w.spec for w in lock if _cached(cache, w) is None]
     if still:
         raise WheelError(f"{len(still)} locked wheels are missing or have the wrong sha256 after download: {', '.join(still[:5])}",
                          f"delete {cache} and build again")
 
 
-def build_sdist_wheels(builder: str, sdists: Sequence[LockedWheel], cache: Path, log=print) -> None:
+def build_sdist_wheels(builder: str, sdists: Sequence[LockedWheel], cache: Path,
+                       on_event: EventCallback = no_events) -> None:
     """Build the sdist-only packages into `cache` reproducibly: the same sdist gives the same wheel bytes on any
     machine with the same compiler, whatever the cache or temp folder (see normalize_wheel)."""
     from soarpack.bundle.tarpack import FIXED_MTIME, safe_extract
 
+    log = lines_to(on_event, "wheels")
     log(f"building {len(sdists)} sdist-only packages into wheels with {builder}")
     with tempfile.TemporaryDirectory(prefix="soarpack-sdist-") as tmp:
         tmp = Path(tmp)
@@ -283,7 +287,7 @@ def normalize_wheel(src: Path, dest: Path) -> Path:
 
 
 def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optional[Path] = None,
-                   lock_path: Path = LOCK_PATH, log=print) -> List[str]:
+                   lock_path: Path = LOCK_PATH, on_event: EventCallback = no_events) -> List[str]:
     """Copy the platform wheel set into dest; return the file names.
 
     wheel_dir: use exactly the *.whl files of this folder (no lock, no network); otherwise the locked set from
@@ -297,7 +301,7 @@ def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optio
     else:
         lock = load_lock(lock_path)
         cache = cache or default_cache_dir()
-        fetch_into_cache(lock, cache, log=log)
+        fetch_into_cache(lock, cache, on_event)
         sources = [_cached(cache, w) for w in lock]
     names = []
     for src in sources:
@@ -306,8 +310,9 @@ def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optio
     return sorted(names)
 
 
-def resolve_lock(out: Path = LOCK_PATH, roots: Iterable[str] = LOCK_ROOTS, log=print) -> Path:
+def resolve_lock(out: Path = LOCK_PATH, roots: Iterable[str] = LOCK_ROOTS, on_event: EventCallback = no_events) -> Path:
     """Maintainer tool: resolve the closure for the platform with pip and write the lock (network needed)."""
+    log = lines_to(on_event, "wheels")
     with tempfile.TemporaryDirectory(prefix="soarpack-lock-") as tmp:
         tmp = Path(tmp)
         local = tmp / "local"
@@ -422,3 +427,34 @@ def pip_check_problems(pip_check_output: str) -> List[str]:
         if line.strip() and not line.startswith("No broken requirements"):
             problems.append(line.strip())
     return problems
+
+
+def wheel_tag_problems(names: Sequence[str]) -> List[str]:
+    """Wheels that CPython 3.10 on manylinux x86_64 (the platform) cannot install."""
+    from packaging.utils import parse_wheel_filename
+
+    target = platform_tags()
+    bad = []
+    for name in names:
+        try:
+            _, _, _, tags = parse_wheel_filename(name)
+        except Exception:
+            bad.append(f"{name}: not a wheel file name")
+            continue
+        if not set(tags) & target:
+            bad.append(f"{name}: no tag for CPython 3.10 manylinux x86_64")
+    return bad
+
+
+def not_installable_here(names: Sequence[str]) -> Optional[str]:
+    """None when this interpreter can install every wheel; else why not."""
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    here = set(sys_tags())
+    for name in names:
+        _, _, _, tags = parse_wheel_filename(name)
+        if not set(tags) & here:
+            return (f"{name} is for the platform (CPython 3.10 manylinux x86_64), not this CPython "
+                    f"{sys.version_info[0]}.{sys.version_info[1]}; the platform installs them")
+    return None

@@ -13,6 +13,7 @@ from rich.text import Text
 from soarpack import __version__
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.printable import printable
+from soarpack.cli.output import Format as OutputFormat
 
 
 class UsageError(ConfigError):
@@ -63,8 +64,19 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    fmt: Optional[OutputFormat] = typer.Option(None, "--format", metavar="text|json", case_sensitive=False,
+                                               help="How a command prints its result: text (default) or json "
+                                                    "(each command's --json is the same)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only problems and the result."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every line the libraries emit."),
 ) -> None:
     """Quantize MiniCPM-SALA, package a SOAR submission, and measure it before you upload."""
+    from soarpack.cli.output import reset
+
+    try:
+        reset(fmt.value if fmt else None, quiet=quiet, verbose=verbose)
+    except SoarpackError as exc:
+        raise fail(exc) from None
 
 
 def fail(exc: SoarpackError) -> "typer.Exit":

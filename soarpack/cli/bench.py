@@ -16,6 +16,7 @@ from typing import Callable, Iterator, List, Optional
 import typer
 
 from soarpack.cli import command, err_console, renamed, required
+from soarpack.cli.output import NORMAL, STATE, sink
 from soarpack.errors import SoarpackError
 from soarpack.printable import printable
 
@@ -55,12 +56,18 @@ def _table_console(as_json: bool):
 
 
 def _say(message: str) -> None:
-    err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
+    """A note on stderr, unless -q."""
+    if STATE.verbosity >= NORMAL:
+        err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager
 def progress_bars(label: str) -> Iterator[Callable[[str, int, Optional[int], str], None]]:
-    """update(name, done, total, note): a live bar on a terminal; else a plain line every 30 s (a log, CI)."""
+    """update(name, done, total, note): a live bar on a terminal; else a plain line every 30 s (a log, CI); with -q
+    nothing."""
+    if STATE.verbosity < NORMAL:
+        yield lambda name, done, total, note="": None
+        return
     if err_console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -151,15 +158,18 @@ def eval_cmd(
         _say("note: no --model-dir: requests carry no stop strings (the platform sends the model's eos tokens)")
     scores = []
     with progress_bars("eval") as update:
-        def on_result(record: dict, done: int, total: int) -> None:
+        def on_event(event) -> None:
+            if event.kind != "progress":
+                return _say(event.message)
+            record = event.data
             scores.append(record["score"])
             note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
-            update("rows", done, total, note)
+            update("rows", event.done, event.total, note)
 
-        report = run_eval(cfg, on_result, note=_say)
-    print_eval(_table_console(as_json), report)
+        report = run_eval(cfg, on_event)
+    print_eval(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
-    if as_json:
+    if sink(as_json).json:
         from soarpack.bench.compare import eval_gate
 
         typer.echo(json.dumps({**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()},
@@ -229,13 +239,13 @@ def bench_cmd(
     check_bench_config(cfg)
     with progress_bars("bench") as update:
         try:
-            report = run_bench(cfg, lambda tier, done, total: update(tier, done, total, ""))
+            report = run_bench(cfg, lambda e: update(e.phase, e.done, e.total, ""))
         except KeyboardInterrupt:
             _say(f"interrupted: {output} was left as it was; finished tiers are in {partial_path(output)}")
             raise typer.Exit(130) from None
-    print_bench(_table_console(as_json), report)
+    print_bench(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(report, indent=2))
     bad = {name: tier for name, tier in report["tiers"].items() if tier["failed"] or tier["short_outputs"]}
     if bad:
@@ -285,9 +295,9 @@ def speedset_cmd(
                          what="speedset output")
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
-    print_speedset(_table_console(as_json), buckets, hist, summary)
+    print_speedset(_table_console(sink(as_json).json), buckets, hist, summary)
     _say(placed.says())
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps({"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error,
                                "histogram": hist}, indent=2))
 
@@ -321,15 +331,20 @@ def score_cmd(
             best_durations[tier] = value
     overall = overall_from_eval(eval_json) if eval_json is not None else None
     result = final_score(durations_from_bench(ours), best_durations, overall)
-    print_score(_table_console(as_json), result)
-    if as_json:
+    print_score(_table_console(sink(as_json).json), result)
+    if sink(as_json).json:
         typer.echo(json.dumps(result, indent=2))
     if result["c_factor"] < 1:
         raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
                              f"{result['final_score']:.2f} is below full credit", "C = 1 needs ori accuracy > 79.2")
 
 
-class CompareFormat(str, enum.Enum):
+class TableStyle(str, enum.Enum):
+    md = "md"
+    csv = "csv"
+
+
+class _OldCompareFormat(str, enum.Enum):  # `compare --format md|csv|json|table`, before --table and the global --format
     table = "table"
     md = "md"
     csv = "csv"
@@ -340,7 +355,10 @@ class CompareFormat(str, enum.Enum):
 def compare_cmd(
     # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
     results: List[Path] = typer.Argument(..., metavar="RESULTS", hidden=True),
-    fmt: CompareFormat = typer.Option(CompareFormat.table, "--format", help="How stdout shows the table."),
+    table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
+                                               help="The table as Markdown or CSV instead of aligned text."),
+    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (the same as --format json)."),
+    old_fmt: Optional[_OldCompareFormat] = typer.Option(None, "--format", hidden=True),
     chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
                                          help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
     best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
@@ -365,6 +383,14 @@ def compare_cmd(
     """
     from soarpack.bench.compare import load_runs, render, score_runs
 
+    if old_fmt is not None:
+        err_console.print(f"note: compare --format {old_fmt.value} is now "
+                          + ("--json" if old_fmt.value == "json" else f"--table {old_fmt.value}"
+                             if old_fmt.value != "table" else "the default")
+                          + "; the old spelling goes in the next release", markup=False, highlight=False)
+        as_json = as_json or old_fmt.value == "json"
+        table = table or (TableStyle(old_fmt.value) if old_fmt.value in ("md", "csv") else None)
+    style = "json" if sink(as_json).json else table.value if table else "table"
     runs = load_runs(results)
     given = {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)) if v is not None}
     best = score_runs(runs, given)
@@ -372,7 +398,7 @@ def compare_cmd(
         from soarpack.bench.chart import write_chart
 
         _say(f"wrote {write_chart(runs, chart, inputs=results)}")
-    typer.echo(render(runs, fmt.value, best) if fmt.value == "json" else printable(render(runs, fmt.value, best), keep="\n"))
+    typer.echo(render(runs, style, best) if style == "json" else printable(render(runs, style, best), keep="\n"))
     for run in runs:
         if run.at_risk:
             _say(f"at risk: {run.name}: {run.gate.text()}")

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
+from soarpack.cli.output import sink
 from soarpack.printable import printable
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
@@ -58,23 +58,18 @@ def build_cmd(
     """
     from soarpack.bundle.build import PLATFORM, build_bundle
 
-    log = (lambda msg: err_console.print(printable(msg), markup=False, highlight=False, soft_wrap=True)) if not as_json else (lambda msg: None)
+    out_ = sink(as_json)
     result = build_bundle(out, profile=profile, recipe=recipe, sglang_src=sglang_src or PLATFORM, calib=calib or (),
-                          wheels=wheels, wheel_dir=wheel_dir, force=force, log=log)
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
+                          wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
     if not wheels:
-        err_console.print("[bold yellow]NOTE:[/] built with --no-wheels: this bundle cannot quantize on the platform.", highlight=False)
+        out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
     if not result.risks:
-        _print_risks([], echo=log)  # the risk lines themselves came with the build's log
+        _print_risks([], echo=out_.say)  # the risk lines themselves came with the build's events
     if result.placed == "up-to-date":
-        err_console.print(f"{result.path} is up to date: these very bytes were already there", markup=False,
-                          highlight=False)
-    err_console.print(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
-                      f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}",
-                      markup=False, highlight=False)
-    typer.echo(printable(result.path))
+        out_.say(f"{result.path} is up to date: these very bytes were already there")
+    out_.say(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
+             f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}")
+    out_.result(result.to_dict(), printable(str(result.path)))
 
 
 @command("inspect")
@@ -106,9 +101,8 @@ def inspect_cmd(
     from soarpack.evidence import Evidence
 
     summary = inspect_bundle(_bundle_or_newest(bundle))
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+    if sink(as_json).json:
+        return sink(as_json).result(summary)
     q = {k: v for k, v in summary["quantize"].items()
          if k not in ("recipe", "recipe_name", "calibration") and v not in ([], None, {})}
     lines = [
@@ -146,9 +140,6 @@ def _print_risks(risks, echo=typer.echo) -> None:
         echo("risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)")
 
 
-_STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}  # same visible width
-
-
 @command("check")
 def check_cmd(
     bundle: Optional[Path] = typer.Argument(None, metavar="BUNDLE", help=_BUNDLE_ARG_HELP, show_default=False),
@@ -165,7 +156,7 @@ def check_cmd(
                                                          "print) blocks; repeatable. It is still printed."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 for any risk not accepted, not only a "
                                                         "measured ori at or below 79.2."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (the same as --format json)."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
 ) -> None:
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
@@ -173,62 +164,28 @@ def check_cmd(
     Then the risks to the score, one line each with its evidence, and the verdict: uploadable, uploadable
     with N risks, or NOT uploadable. Exit 0 only when the bundle is uploadable: every rehearsal step passed on
     the image's stack, and no recipe or profile of it was measured at or below ori 79.2 (C < 1) unless
-    --accept-risk names that risk.
+    --accept-risk names that risk. A failed rehearsal keeps its logs and prints the `soarpack diagnose DIR`
+    that reads them.
 
     Example:
 
     \b
       soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
     """
-    from soarpack.bundle.check import check_bundle
-    from soarpack.bundle.risks import check_accepted, verdict
-    from soarpack.imagestack import describe_versions
+    from soarpack.rehearse.check import check_bundle, diagnose_command, verdict
 
-    accepted = check_accepted(accept_risk or [])
     sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
-    bundle = _bundle_or_newest(bundle)
-    status_line = None
-
-    def started(name: str) -> None:
-        nonlocal status_line
-        if not as_json and err_console.is_terminal:
-            status_line = err_console.status(f"running: {escape(printable(name))} ...")
-            status_line.start()
-        elif not as_json:
-            err_console.print(f"running: {name} ...", markup=False, highlight=False)
-
-    def show(step) -> None:
-        nonlocal status_line
-        if status_line is not None:
-            status_line.stop()
-            status_line = None
-        if not as_json:
-            detail = f"  {printable(step.detail)}" if step.detail else ""
-            ran_on = f"  [dim]({describe_versions(step.versions)})[/]" if step.versions else ""
-            err_console.print(f"{_STATUS[step.status]} {escape(step.name):<16} {step.seconds:6.1f} s{escape(detail)}{ran_on}",
-                              highlight=False, soft_wrap=True)
-
-    def note(message: str) -> None:
-        if not as_json:
-            err_console.print(f"[dim]{escape(printable(message))}[/]", highlight=False, soft_wrap=True)
-
-    report = check_bundle(bundle, rehearse=rehearse, sglang_fork=sglang_src, work_dir=keep, keep=keep is not None,
-                          dev_stack=dev_stack, log=show, note=note, started=started)
-    line, upload = verdict(report.not_uploadable_because, report.risks, accepted, strict)
-    if as_json:
-        typer.echo(json.dumps({**report.to_dict(), "verdict": line, "accepted_risks": accepted,
-                               "upload": upload}, indent=2))
-    else:
-        counts = {k: sum(s.status == k for s in report.steps) for k in ("pass", "fail", "skip")}
-        tally = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped on the {report.stack}"
+    out = sink(as_json)
+    report = check_bundle(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, work_dir=keep,
+                          keep=keep is not None, dev_stack=dev_stack, accept_risk=accept_risk or (), strict=strict,
+                          on_event=out.event)
+    if not out.json:
         _print_risks(report.risks)
-        typer.echo(f"{line} -- {tally}")
-    if report.logs and not as_json:
-        from soarpack.bundle.keptlogs import diagnose_command
-
-        err_console.print(f"the failed rehearsal's logs are kept in {report.logs}; read them with: "
-                          f"{diagnose_command(report.logs)}", markup=False, highlight=False, soft_wrap=True)
-    if not upload:
+    if report.logs_dir and not out.json:
+        out.problem(f"the rehearsal's logs are kept in {report.logs_dir}; read them with: "
+                    f"{diagnose_command(report.logs_dir)}", prefix="logs")
+    out.result(report.to_dict(), printable(verdict(report)))
+    if not report.uploadable:
         raise typer.Exit(1)
 
 
@@ -247,17 +204,15 @@ def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print t
     """
     from soarpack.bundle.wheels import default_cache_dir, fetch_into_cache, load_lock
 
+    out = sink(as_json)
     lock = load_lock()
     cache = default_cache_dir()
-    fetch_into_cache(lock, cache, log=lambda m: err_console.print(m, markup=False, highlight=False))
-    if as_json:
-        typer.echo(json.dumps({"cache": str(cache), "wheels": [w.spec for w in lock]}, indent=2))
-    else:
-        typer.echo(f"{len(lock)} wheels in {cache}")
+    fetch_into_cache(lock, cache, on_event=out.event)
+    out.result({"cache": str(cache), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels in {cache}")
 
 
 @subcommand(wheels_app, "lock")
-def wheels_lock_cmd() -> None:
+def wheels_lock_cmd(as_json: bool = typer.Option(False, "--json", help="Print the lock's path and wheels as JSON.")) -> None:
     """Maintainers: resolve the closure again with pip and rewrite soarpack/bundle/platform-lock.json (network).
 
     Example:
@@ -267,8 +222,10 @@ def wheels_lock_cmd() -> None:
     """
     from soarpack.bundle.wheels import load_lock, resolve_lock
 
-    path = resolve_lock(log=lambda m: err_console.print(m, markup=False, highlight=False))
-    typer.echo(f"{len(load_lock(path))} wheels locked in {path}")
+    out = sink(as_json)
+    path = resolve_lock(on_event=out.event)
+    lock = load_lock(path)
+    out.result({"lock": str(path), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels locked in {path}")
 
 
 __all__ = ["app", "build_cmd", "check_cmd", "inspect_cmd", "wheels_fetch_cmd", "wheels_lock_cmd"]

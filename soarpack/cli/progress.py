@@ -63,15 +63,15 @@ class QuantizeProgress:
                                              printable(event.message)), highlight=False)
             return
         if self.bar is not None:
-            if event.kind == "phase-start":
+            if event.kind == "start":
                 self.bar.update(self.task, description=event.phase)
-            elif event.kind == "layer":
-                self.bar.update(self.task, total=event.layers, completed=event.layer,
-                                count=f"layer {event.layer + 1}/{event.layers}")
-            elif event.kind == "phase-end" and event.phase == "gptq":
+            elif event.kind == "progress":
+                self.bar.update(self.task, total=event.total, completed=event.done,
+                                count=f"layer {event.done + 1}/{event.total}")
+            elif event.kind == "end" and event.phase == "gptq":
                 self.bar.update(self.task, completed=self.bar.tasks[0].total or 0, count="")
         if self.verbosity >= 2:
-            if event.kind == "phase-end":
+            if event.kind == "end":
                 self.console.print(f"[bold]{event.phase}[/] {event.seconds:.1f}s", highlight=False)
-            elif event.kind in ("info", "layer"):
+            elif event.kind in ("info", "progress"):
                 self.console.print(printable(event.message), highlight=False, markup=False)

@@ -10,8 +10,10 @@ from typing import List, Optional, get_args
 import typer
 
 from soarpack.cli import command, renamed, required
+from soarpack.cli.output import sink
 from soarpack.errors import CheckpointError, ConfigError
 from soarpack.printable import printable
+
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
 from soarpack.quant.options import QuantizeOptions
 
@@ -82,24 +84,22 @@ def quantize_cmd(
     from soarpack.quant.options import quantize_options
     from soarpack.quant.run import quantize
 
-    if quiet and verbose:
-        raise ConfigError("--quiet and --verbose exclude each other", "pick one")
+    out = sink(as_json, quiet, verbose)
     log = log or default_log_path(out_dir)
     opts = quantize_options(recipe=recipe, calib=calib or None, held_out=held_out or None, rows=rows,
                             max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log_file=log,
                             sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
                             auto_map=auto_map.value, quality=not no_report,
-                            library_output="terminal" if verbose else "log")
-    with QuantizeProgress(verbosity=0 if quiet else 2 if verbose else 1) as progress:
+                            library_output="terminal" if out.verbosity >= 2 else "log")
+    with QuantizeProgress(verbosity=out.verbosity) as progress:
         try:
             result = quantize(model_dir, out_dir, opts, on_event=progress.render)
         except BaseException:
             if log.is_file():  # a run refused before it opened its log has none to show
                 progress.say(f"log: {log}")
             raise
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
+    if out.json:
+        return out.result(result.to_dict())
     _print_result(result, out_dir, log)
 
 
@@ -172,7 +172,7 @@ def verify_cmd(
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
     rep = verify_report(ckpt, original, device=resolve_device(device.value))
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(rep.to_dict(), indent=2))
     else:
         for p in rep.problems:
@@ -244,7 +244,7 @@ def calib_cmd(
         placed = place_bytes(write_builtin, builtin_calibration_text(rows, seed, max_len).encode("utf-8"),
                              force=force, inputs=inputs, what="--write-builtin")
         typer.echo(placed.says(), err=True)
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(summary, indent=2))
         return
     typer.echo(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import command
+from soarpack.cli.output import sink
 
 
 @command("tiny-model")
@@ -58,7 +59,7 @@ def tiny_model(
         seed=seed,
         force=force,
     )
-    if as_json:
+    if sink(as_json).json:
         import json
 
         from soarpack.sala.config import load_config

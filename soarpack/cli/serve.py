@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
 from soarpack.printable import printable
+from soarpack.cli.output import sink
 
 sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
@@ -60,7 +61,7 @@ def sglang_check(
     src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
 
     report = check_tree(src, patch or None)
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         _print_tree_report(report)
@@ -94,7 +95,7 @@ def sglang_apply(
     out = required(renamed(out, old_out, "--output", "--out"), "--output")
 
     report = apply_patches(src, out, patch or None, force=force)
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         _print_tree_report(report)
@@ -113,7 +114,7 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     from soarpack.serve.patches import load_patches, patch_dir
 
     patches = load_patches()
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps([{"name": p.name, "file": str(p.path), "concern": p.summary,
                                 "files": [f.path for f in p.files]} for p in patches], indent=2))
         return
@@ -150,14 +151,14 @@ def args_cmd(
     prof = load_profile(profile)
     tree = resolve_src(src) if src else None
     findings = lint_args(prof.args, recipe=prof.recipe, patched=set() if unpatched else set(prof.patches), server_args_py=tree)
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps({**prof.to_dict(), "findings": [f.to_dict() for f in findings]}, indent=2))
     else:
         for f in findings:
             color = "red" if f.level == "error" else "yellow"
             err_console.print(f"[{color}]{f.level}[/] {escape(f.rule)}: {escape(f.message)}", highlight=False)
     raise_on_errors(findings, f"profile {prof.name}")
-    if not as_json:
+    if not sink(as_json).json:
         typer.echo(prof.args_string())
 
 
@@ -176,7 +177,7 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps([p.to_dict() for p in profs], indent=2))
         return
     for p in profs:
@@ -218,8 +219,8 @@ def serve_check_cmd(
 
     server_args = load_profile(profile).args if profile else None
     result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,
-                            log=lambda m: err_console.print(printable(m), markup=False, highlight=False))
-    if as_json:
+                            on_event=sink(as_json).event)
+    if sink(as_json).json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         typer.echo(result.table)
@@ -245,6 +246,7 @@ def rehearse_server_cmd(
     ready_timeout: float = typer.Option(600.0, "--ready-timeout", metavar="SECONDS", help="How long to wait for /health."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PYTHON",
                                          help="The Python with the fork installed; default: this one."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result and its steps as JSON."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
     """On a GPU box with the fork installed: serve CKPT as the platform does, eval a slice, bench, score.
@@ -260,11 +262,11 @@ def rehearse_server_cmd(
 
     out = renamed(out, old_out, "--output", "--out") or Path("rehearsal")
 
-    from soarpack.serve.server import rehearse_server
+    from soarpack.rehearse.server import rehearse_server
 
+    sink_ = sink(as_json)
     result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
-                             bench_rows=bench_rows, ready_timeout_s=ready_timeout,
-                             log=lambda m: err_console.print(printable(m), markup=False, highlight=False, soft_wrap=True))
-    typer.echo(result.summary)
+                             bench_rows=bench_rows, ready_timeout_s=ready_timeout, on_event=sink_.event)
+    sink_.result(result.to_dict(), result.gate or result.summary)
     if not result.ok:
         raise typer.Exit(1)

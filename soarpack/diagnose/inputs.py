@@ -24,7 +24,7 @@ TEXT_SUFFIXES = (".log", ".txt", ".out", ".err")
 # Folders of a rehearsal or a bundle that hold no logs, only (large) trees: never walked.
 SKIP_DIRS = frozenset({".soarpack", "venv", ".venv", "image", "py310", "wheels", "src", "sglang", "sglang-fork",
                        "tiny-sala", "quantized", "site-packages", "__pycache__", "node_modules", ".git", "calib"})
-CHECK_REPORT = "check.json"  # what a kept rehearsal folder holds beside its logs (soarpack.bundle.check)
+CHECK_REPORT = "check.json"  # what a kept rehearsal folder holds beside its logs (soarpack.rehearse.check)
 
 
 @dataclass

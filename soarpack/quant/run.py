@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -26,6 +26,7 @@ from soarpack.errors import CheckpointError, ConfigError, SoarpackError
 from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
 from soarpack.quant.warmup import start_warmups
 from soarpack.sala.gla import current_backend, use_backend
+from soarpack.steps import Event, EventCallback
 
 REPORT_FILE = "soarpack_quant_report.json"
 
@@ -55,19 +56,8 @@ class QuantizeResult:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Event:
-    """One progress event. `phase-start`/`phase-end` bracket a phase; `info` is a line; `layer` a GPTQ layer."""
-
-    kind: Literal["phase-start", "phase-end", "info", "problem", "layer"]
-    phase: str
-    message: str = ""
-    seconds: float = 0.0
-    layer: int = 0
-    layers: int = 0
-
-
-EventCallback = Callable[[Event], None]
+# Progress is soarpack.steps' one event type: `start`/`end` bracket a phase, `info` is a line, `problem` a fallback
+# taken, `progress` a GPTQ layer starting (done = layers before it, total = layers).
 
 
 @dataclass
@@ -416,8 +406,9 @@ def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.
 
 class RunLog:
     """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
-    libraries' own output also goes while the run lasts (`capture`). Each phase ends by handing the CUDA caching
-    allocator's unused reserve back, so one phase's peak does not stay resident through the next."""
+    libraries' own output also goes while the run lasts (`capture`; nowhere without a log file). Each phase ends
+    by handing the CUDA caching allocator's unused reserve back, so one phase's peak does not stay resident through
+    the next."""
 
     def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False):
         self.log_file, self.on_event, self.capture = log_file, on_event, capture
@@ -432,8 +423,8 @@ class RunLog:
 
         if self.log_file:
             self.fh = self._stack.enter_context(open(self.log_file, "a", encoding="utf-8"))
-            if self.capture:
-                self._stack.enter_context(library_output_to(Path(self.log_file)))
+        if self.capture:  # without a log file the libraries' output goes nowhere: a library call prints nothing
+            self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -443,7 +434,7 @@ class RunLog:
         if self.on_event:
             self.on_event(event)
         if self.fh:
-            text = {"phase-start": f"{event.phase} ...", "phase-end": f"{event.phase} {event.seconds:.1f}s"}
+            text = {"start": f"{event.phase} ...", "end": f"{event.phase} {event.seconds:.1f}s"}
             self.fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text.get(event.kind, event.message)}\n")
             self.fh.flush()
 
@@ -458,11 +449,11 @@ class RunLog:
     def layer(self, i: int, n: int) -> None:
         spent = time.perf_counter() - self._layer_t0
         eta = f", eta {spent / i * (n - i):.0f}s" if i else ""
-        self.emit(Event("layer", "gptq", f"gptq layer {i}/{n} started after {spent:.1f}s{eta}", spent, i, n))
+        self.emit(Event("progress", "gptq", f"gptq layer {i}/{n} started after {spent:.1f}s{eta}", spent, i, n))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.emit(Event("phase-start", name))
+        self.emit(Event("start", name))
         t0 = self._layer_t0 = time.perf_counter()
         try:
             yield
@@ -471,4 +462,4 @@ class RunLog:
                 torch.cuda.empty_cache()
             dt = time.perf_counter() - t0
             self.timings[name] = self.timings.get(name, 0.0) + dt
-            self.emit(Event("phase-end", name, seconds=dt))
+            self.emit(Event("end", name, seconds=dt))

@@ -17,9 +17,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
+from soarpack.steps import EventCallback, no_events
 
 CHILD_SCRIPT = Path(__file__).with_name("_fork_child.py")
 CHILD_TIMEOUT_S = 900
@@ -50,6 +51,8 @@ class ForkCheckResult:
     rows: List[ModuleRow] = field(default_factory=list)
     report: Dict[str, Any] = field(default_factory=dict)  # the child's raw report
     log: Optional[str] = None  # the child's stdout+stderr, kept when the check fails
+    recipe: Optional[str] = None  # the recipe's name it was judged against
+    fork_commit: Optional[str] = None  # the fork commit the tree's touched files match
 
     def to_dict(self) -> Dict[str, Any]:
         return {"ok": self.ok, "summary": self.summary, "problems": self.problems,
@@ -102,7 +105,7 @@ def patched_files() -> List[str]:
     return list(dict.fromkeys(fd.path for p in load_patches() for fd in p.files))
 
 
-def resolve_python(python: Optional[os.PathLike], dev_stack: bool, log=print) -> Path:
+def resolve_python(python: Optional[os.PathLike], dev_stack: bool, on_event: EventCallback = no_events) -> Path:
     """The child's interpreter: the one given, this one (--dev-stack), or the image stand-in (the default)."""
     if python is not None and dev_stack:
         raise ConfigError("--python and --dev-stack both name the interpreter", "pass one of them")
@@ -115,7 +118,7 @@ def resolve_python(python: Optional[os.PathLike], dev_stack: bool, log=print) ->
         return path
     from soarpack.imagestack import ensure_image_stack
 
-    return ensure_image_stack(log=log).python
+    return ensure_image_stack(on_event=on_event).python
 
 
 # -- running the child -----------------------------------------------------------------------------------------
@@ -232,14 +235,15 @@ def render_table(rows: Sequence[ModuleRow], problems: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _tree_label(src: Path) -> str:
+def _tree_label(src: Path) -> Tuple[str, Optional[str]]:
+    """("fork COMMIT (STATE)", COMMIT), or a label without a commit."""
     from soarpack.serve.patches import check_tree
 
     try:
         tree = check_tree(src)
     except SoarpackError:
-        return "fork tree"
-    return f"fork {tree.commit} ({tree.state})" if tree.commit else "fork tree (unknown commit)"
+        return "fork tree", None
+    return (f"fork {tree.commit} ({tree.state})" if tree.commit else "fork tree (unknown commit)"), tree.commit
 
 
 # -- the check -------------------------------------------------------------------------------------------------
@@ -247,7 +251,7 @@ def _tree_label(src: Path) -> str:
 
 def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, python: Optional[os.PathLike] = None, *,
                    dev_stack: bool = False, server_args: Optional[Sequence[str]] = None,
-                   timeout: float = CHILD_TIMEOUT_S, log=print) -> ForkCheckResult:
+                   timeout: float = CHILD_TIMEOUT_S, on_event: EventCallback = no_events) -> ForkCheckResult:
     """Load `ckpt` through the fork at `sglang_src` (its python/ dir) in a child interpreter and judge the result.
 
     recipe: a name, path or Recipe (default: the one the checkpoint names). python: the child's interpreter
@@ -266,7 +270,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     recipe = recipe_of(raw, recipe)
     src = resolve_src(sglang_src).resolve()
     args = list(server_args) if server_args is not None else list(load_profile(DEFAULT_PROFILE).args)
-    interpreter = resolve_python(python, dev_stack, log=log)
+    interpreter = resolve_python(python, dev_stack, on_event)
 
     request = {"ckpt": str(ckpt), "sglang_src": str(src), "server_args": args, "patched_files": patched_files(),
                "standin_remote_config": uses_placeholder_remote_config(ckpt, raw)}
@@ -274,10 +278,11 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     with tempfile.TemporaryDirectory(prefix="soarpack-forkcheck-") as tmp:
         report, log_text = run_child(interpreter, request, Path(tmp), timeout)
     seconds = time.monotonic() - t0
-    where = _tree_label(src)
+    where, fork_commit = _tree_label(src)
     if not report.get("ok"):
         cause = report.get("error", "the child reported no cause")
-        return ForkCheckResult(False, f"{where}: FAIL: {cause}", f"FAIL {cause}", [cause], report=report, log=log_text)
+        return ForkCheckResult(False, f"{where}: FAIL: {cause}", f"FAIL {cause}", [cause], report=report, log=log_text,
+                               recipe=recipe.name, fork_commit=fork_commit)
     rows, problems = judge(report, recipe, config)
     v = report.get("versions", {})
     stack = f"Python {v.get('python')}, torch {v.get('torch')}, transformers {v.get('transformers')}"
@@ -286,4 +291,5 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
                f"{report.get('tensors_loaded')} tensors loaded, {len(report.get('orphans', []))} without a parameter, "
                f"{len(report.get('unwritten', []))} parameters unwritten [{stack}; {seconds:.0f} s]: {verdict}")
     return ForkCheckResult(not problems, summary, render_table(rows, problems), problems, rows, report,
-                           log=log_text if problems else None)
+                           log=log_text if problems else None, recipe=recipe.name,
+                           fork_commit=fork_commit)

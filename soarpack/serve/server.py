@@ -1,11 +1,7 @@
-"""The platform's server step on a GPU box: `soarpack rehearse-server CKPT --profile P --data public.jsonl`.
+"""The platform's server, started as the platform starts it (SALA.md §1), and the accuracy gate's arithmetic.
 
-Starts `python -m sglang.launch_server` on the checkpoint the way the platform does (SALA.md §1), waits for it to
-be healthy, runs `soarpack eval` on a stratified slice of the public set, a short bench and `score`, reports the
-expected accuracy gate C with its margin to the 79.2 cliff, stops the server and keeps its log.
-
-Tested here against a stand-in `sglang` package only (tests/fake_sglang_server.py behind `sglang.launch_server`);
-nobody here has run it against the real server.
+`launch_command` / `start_server` start `python -m sglang.launch_server` on a checkpoint and wait for /health;
+`gate_line` says C with its margin to the 79.2 cliff. soarpack.rehearse.server runs the whole rehearsal as steps.
 """
 
 from __future__ import annotations
@@ -17,11 +13,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
-from soarpack.errors import ConfigError, SoarpackError
+from soarpack.errors import SoarpackError
+from soarpack.steps import EventCallback, lines_to, no_events
 
 PLATFORM_PORT = 30000
 READY_TIMEOUT_S = 600.0  # the platform gives the server about 10 minutes
@@ -30,6 +27,9 @@ LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
 # What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
 PLATFORM_TRAILING_ARGS = ("--tp-size", "1", "--max-running-requests", "32", "--enable-metrics")
+# The platform's own SGLANG_SERVER_ARGS when a bundle exports none (SALA.md §1).
+PLATFORM_DEFAULT_ARGS = ("--disable-radix-cache --attention-backend minicpm_flashinfer --chunked-prefill-size 8192 "
+                         "--skip-server-warmup --dense-as-sparse")
 # The platform's launch line as its shell runs it (SALA.md 1): SGLANG_SERVER_ARGS expanded unquoted, so it is
 # split at whitespace and globbed; soarpack.serve.lint refuses every token that would not survive that.
 PLATFORM_LAUNCH_LINE = ("python -m sglang.launch_server --model-path $OUT --trust-remote-code --port 30000 "
@@ -91,9 +91,10 @@ class Server:
 
 
 def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s: float = READY_TIMEOUT_S,
-                 env: Optional[Dict[str, str]] = None, log: Callable[[str], None] = print,
+                 env: Optional[Dict[str, str]] = None, on_event: EventCallback = no_events,
                  poll_s: float = 1.0) -> Server:
     """Start the server and wait until GET /health answers 200; raise ServerError with its log's last lines."""
+    log = lines_to(on_event, "server start")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log_fh:
@@ -156,66 +157,3 @@ def stratified_slice(rows: Sequence[dict], per_task: int) -> List[dict]:
             taken[row["task"]] = taken.get(row["task"], 0) + 1
             out.append(row)
     return out
-
-
-@dataclass
-class RehearsalResult:
-    ok: bool
-    summary: str
-    gate: str
-    out_dir: Path
-    log_path: Path
-    eval: Dict = field(default_factory=dict)
-    bench: Dict = field(default_factory=dict)
-    score: Dict = field(default_factory=dict)
-    exit_code: Optional[int] = None
-
-
-def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
-                    port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
-                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = 3000.0,
-                    env: Optional[Dict[str, str]] = None, log: Callable[[str], None] = print) -> RehearsalResult:
-    """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score."""
-    from soarpack.bench import speedset as ss
-    from soarpack.bench.competition import final_score
-    from soarpack.bench.evaluate import EvalConfig, load_eval_rows, run_eval
-    from soarpack.bench.speed import BenchConfig, run_bench
-    from soarpack.bench.tokenizer import load_tokenizer
-    from soarpack.fsutil import atomic_write_json
-    from soarpack.serve.profiles import load_profile
-
-    ckpt, data, out_dir = Path(ckpt), Path(data), Path(out_dir)
-    if not (ckpt / "config.json").is_file():
-        raise ConfigError(f"{ckpt} is not a model directory (no config.json)", "pass the quantized checkpoint")
-    prof = load_profile(profile)
-    rows = stratified_slice(load_eval_rows(data), per_task)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    slice_path = ss.write_jsonl(out_dir / "eval-slice.jsonl", rows)
-    short_mix = {"input": (ss.Bucket(16, 2048, 1.0),), "output": (ss.Bucket(16, 256, 1.0),)}
-    speed_rows, _ = ss.make_speedset(load_tokenizer(ckpt), bench_rows, short_mix, seed=1)
-    speed_path = ss.write_jsonl(out_dir / "speed-short.jsonl", speed_rows)
-
-    command = launch_command(ckpt, prof.args, port, python)
-    log(f"starting: {' '.join(command)}")
-    server = start_server(command, port, out_dir / "server.log", timeout_s=ready_timeout_s, env=env, log=log)
-    try:
-        log(f"eval: {len(rows)} rows ({per_task} per task) of {data}")
-        ev = run_eval(EvalConfig(api_base=server.url, data=slice_path, output=out_dir / "eval.json", model_dir=ckpt,
-                                 timeout_s=eval_timeout_s))
-        log(f"bench: {bench_rows} short rows on S1, S8 and Smax")
-        bench = run_bench(BenchConfig(api_base=server.url, tiers={t: speed_path for t in ("s1", "s8", "smax")},
-                                      tokenizer_dir=ckpt, output=out_dir / "bench.json"))
-    finally:
-        code = server.stop()
-        log(f"server stopped (exit code {code}); log kept at {server.log_path}")
-    durations = {name: float(t["duration_s"]) for name, t in bench.get("tiers", {}).items()}
-    # Speed against this run itself (S = 100 per tier): a short bench is no match for the platform's best.
-    score = final_score(durations, durations, ev["overall_accuracy"])
-    atomic_write_json(out_dir / "score.json", score)
-    gate = gate_line(ev["ori_accuracy"], ev["scored"], [r for r in ev.get("rows", []) if r.get("index", 0) < ev["total"]])
-    failed = [name for name, t in bench.get("tiers", {}).items() if t.get("failed")]
-    ok = ev["complete"] and not ev["errors"] and not failed and ev["c_factor"] == 1.0
-    summary = (f"server ready in {server.ready_s:.0f} s; eval {ev['scored']}/{ev['total']} rows, "
-               f"{len(ev['errors'])} error(s); bench " + ", ".join(f"{k} {v:.1f} s" for k, v in durations.items())
-               + (f" ({', '.join(failed)} had failed requests)" if failed else "") + f"; {gate}")
-    return RehearsalResult(ok, summary, gate, out_dir, server.log_path, ev, bench, score, code)

@@ -1,0 +1,165 @@
+"""`soarpack rehearse-server CKPT --profile P --data public.jsonl`: the platform's server step on a GPU box, as steps.
+
+Starts `python -m sglang.launch_server` on the checkpoint the way the platform does (SALA.md §1), waits for it to
+be healthy, evaluates a stratified slice of the public set, runs a short bench, stops the server (its log is kept)
+and scores: the expected accuracy gate C with its margin to the 79.2 cliff.
+
+Tested here against a stand-in `sglang` package only (tests/fake_sglang_server.py behind `sglang.launch_server`);
+nobody here has run it against the real server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from soarpack.errors import ConfigError
+from soarpack.serve.server import PLATFORM_PORT, READY_TIMEOUT_S, Server, gate_line, launch_command, start_server
+from soarpack.steps import Done, EventCallback, Runner, RunReport, StepFailed, lines_to, no_events, step
+
+
+@dataclass
+class Serving:
+    """What the steps share."""
+
+    ckpt: Path
+    out_dir: Path
+    command: List[str]
+    port: int
+    rows: List[dict]
+    slice_path: Path
+    speed_path: Path
+    bench_rows: int
+    ready_timeout_s: float
+    eval_timeout_s: float
+    env: Optional[Dict[str, str]]
+    on_event: EventCallback
+    server: Optional[Server] = None
+    eval: Dict[str, Any] = field(default_factory=dict)
+    bench: Dict[str, Any] = field(default_factory=dict)
+    score: Dict[str, Any] = field(default_factory=dict)
+    exit_code: Optional[int] = None
+
+
+@step("server start")
+def server_start(s: Serving) -> Done:
+    lines_to(s.on_event, "server start")(f"starting: {' '.join(s.command)}")
+    s.server = start_server(s.command, s.port, s.out_dir / "server.log", timeout_s=s.ready_timeout_s, env=s.env,
+                            on_event=s.on_event)
+    return Done(f"healthy on {s.server.url} after {s.server.ready_s:.0f} s",
+                {"url": s.server.url, "ready_s": round(s.server.ready_s or 0.0, 1), "log": str(s.server.log_path)})
+
+
+@step("eval", needs=["server start"])
+def evaluate(s: Serving) -> Done:
+    from soarpack.bench.evaluate import EvalConfig, run_eval
+
+    s.eval = run_eval(EvalConfig(api_base=s.server.url, data=s.slice_path, output=s.out_dir / "eval.json",
+                                 model_dir=s.ckpt, timeout_s=s.eval_timeout_s))
+    data = {k: s.eval[k] for k in ("scored", "total", "ori_accuracy", "overall_accuracy", "c_factor", "complete")}
+    data["errors"] = len(s.eval["errors"])
+    return Done(f"{s.eval['scored']}/{s.eval['total']} rows, {len(s.eval['errors'])} error(s), "
+                f"ori_accuracy {s.eval['ori_accuracy']:.2f}", data)
+
+
+@step("bench", needs=["server start"])
+def bench(s: Serving) -> Done:
+    from soarpack.bench.speed import BenchConfig, run_bench
+
+    s.bench = run_bench(BenchConfig(api_base=s.server.url, tiers={t: s.speed_path for t in ("s1", "s8", "smax")},
+                                    tokenizer_dir=s.ckpt, output=s.out_dir / "bench.json"))
+    tiers = s.bench.get("tiers", {})
+    durations = {name: float(t["duration_s"]) for name, t in tiers.items()}
+    failed = [name for name, t in tiers.items() if t.get("failed")]
+    return Done(f"{s.bench_rows} short rows: " + ", ".join(f"{k} {v:.1f} s" for k, v in durations.items())
+                + (f" ({', '.join(failed)} had failed requests)" if failed else ""),
+                {"durations_s": durations, "failed_tiers": failed})
+
+
+@step("server stop", needs=["server start"])
+def server_stop(s: Serving) -> Done:
+    s.exit_code = s.server.stop()
+    return Done(f"exit code {s.exit_code}; log kept at {s.server.log_path}",
+                {"exit_code": s.exit_code, "log": str(s.server.log_path)})
+
+
+@step("score", needs=["eval", "bench"], gates=True)
+def score(s: Serving) -> Done:
+    from soarpack.bench.competition import final_score
+    from soarpack.fsutil import atomic_write_json
+
+    durations = {name: float(t["duration_s"]) for name, t in s.bench.get("tiers", {}).items()}
+    # Speed against this run itself (S = 100 per tier): a short bench is no match for the platform's best.
+    s.score = final_score(durations, durations, s.eval["overall_accuracy"])
+    atomic_write_json(s.out_dir / "score.json", s.score)
+    gate = gate_line(s.eval["ori_accuracy"], s.eval["scored"],
+                     [r for r in s.eval.get("rows", []) if r.get("index", 0) < s.eval["total"]])
+    data = {"c_factor": s.eval["c_factor"], "ori_accuracy": s.eval["ori_accuracy"], "gate": gate,
+            "final_score": s.score.get("final_score")}
+    failed = [name for name, t in s.bench.get("tiers", {}).items() if t.get("failed")]
+    problems = ([] if s.eval["complete"] and not s.eval["errors"] else ["the eval had failed requests"]) + \
+        ([f"{', '.join(failed)} had failed requests"] if failed else []) + \
+        ([] if s.eval["c_factor"] == 1.0 else [f"C = {s.eval['c_factor']}, below full credit"])
+    if problems:
+        raise StepFailed(f"{'; '.join(problems)}; {gate}", problems=problems, **data)
+    return Done(gate, data)
+
+
+STEPS = [server_start, evaluate, bench, server_stop, score]
+
+
+@dataclass
+class RehearsalResult:
+    ok: bool
+    summary: str
+    gate: str
+    out_dir: Path
+    log_path: Path
+    report: RunReport
+    eval: Dict = field(default_factory=dict)
+    bench: Dict = field(default_factory=dict)
+    score: Dict = field(default_factory=dict)
+    exit_code: Optional[int] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "summary": self.summary, "gate": self.gate, "out_dir": str(self.out_dir),
+                "log": str(self.log_path), "exit_code": self.exit_code, "score": self.score,
+                "versions": self.report.versions, "steps": [r.to_dict() for r in self.report.steps]}
+
+
+def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
+                    port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
+                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = 3000.0,
+                    env: Optional[Dict[str, str]] = None, on_event: EventCallback = no_events) -> RehearsalResult:
+    """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score."""
+    from soarpack.bench import speedset as ss
+    from soarpack.bench.evaluate import load_eval_rows
+    from soarpack.bench.tokenizer import load_tokenizer
+    from soarpack.serve.profiles import load_profile
+    from soarpack.serve.server import stratified_slice
+
+    ckpt, data, out_dir = Path(ckpt), Path(data), Path(out_dir)
+    if not (ckpt / "config.json").is_file():
+        raise ConfigError(f"{ckpt} is not a model directory (no config.json)", "pass the quantized checkpoint")
+    prof = load_profile(profile)
+    rows = stratified_slice(load_eval_rows(data), per_task)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slice_path = ss.write_jsonl(out_dir / "eval-slice.jsonl", rows)
+    short_mix = {"input": (ss.Bucket(16, 2048, 1.0),), "output": (ss.Bucket(16, 256, 1.0),)}
+    speed_rows, _ = ss.make_speedset(load_tokenizer(ckpt), bench_rows, short_mix, seed=1)
+    speed_path = ss.write_jsonl(out_dir / "speed-short.jsonl", speed_rows)
+
+    ctx = Serving(ckpt, out_dir, launch_command(ckpt, prof.args, port, python), port, rows, slice_path, speed_path,
+                  bench_rows, ready_timeout_s, eval_timeout_s, env, on_event)
+    try:
+        report = Runner(STEPS, on_event).run(ctx)
+    finally:
+        if ctx.server is not None and ctx.server.proc.poll() is None:  # a step raised: never leave a server behind
+            ctx.server.stop()
+    gate = report["score"].data.get("gate", "")
+    summary = "; ".join(f"{r.name} {r.status}: {r.detail}" for r in report.steps if r.name != "server stop" or r.status != "pass")
+    return RehearsalResult(report.ok and not report.gate()["not_run"], summary, gate, out_dir, out_dir / "server.log",
+                           report, ctx.eval, ctx.bench, ctx.score, ctx.exit_code)
