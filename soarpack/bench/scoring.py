@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple
 
+from soarpack.facts import scoring as platform_scoring
+
 MCQ_TASKS = frozenset({"mcq"})
 ANY_HIT_TASKS = frozenset({"niah", "qa", "lcx"})
 FRACTION_TASKS = frozenset({"cwe", "fwe"})
@@ -20,8 +22,8 @@ _MCQ_PATTERNS = (
     re.compile(r"\\boxed\{([A-D])\}"),
 )
 
-# The gate: the platform divides ori_accuracy by this baseline (80 points) and caps at 100.
-BASELINE_ACCURACY = 80.0
+# The gate: the platform divides ori_accuracy by this baseline and caps at 100 (soarpack.facts.scoring).
+BASELINE_ACCURACY = platform_scoring.BASELINE_ACCURACY
 
 
 def final_answer(prediction: str) -> str:
@@ -66,16 +68,13 @@ def ori_accuracy(scores: list) -> float:
 
 
 def overall_accuracy(ori: float) -> float:
-    """The accuracy relative to the 80-point baseline, capped at 100: min(round(ori / 80 · 100, 2), 100)."""
-    return min(round(ori / BASELINE_ACCURACY * 100.0, 2), 100.0)
+    """The accuracy relative to the baseline, capped: min(round(ori / BASELINE_ACCURACY · 100, 2), 100)."""
+    return min(round(ori / BASELINE_ACCURACY * 100.0, 2), platform_scoring.OVERALL_CAP)
 
 
 def c_factor(overall: float) -> float:
-    """The competition's accuracy multiplier: ≤97 → 0, (97, 98] → 0.92, (98, 99] → 0.96, >99 → 1."""
-    if overall <= 97.0:
-        return 0.0
-    if overall <= 98.0:
-        return 0.92
-    if overall <= 99.0:
-        return 0.96
-    return 1.0
+    """The competition's accuracy multiplier, a step function of overall (soarpack.facts.scoring.C_STEPS)."""
+    for bound, c in platform_scoring.C_STEPS:
+        if overall <= bound:
+            return c
+    return platform_scoring.C_FULL

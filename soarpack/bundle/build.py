@@ -32,6 +32,7 @@ from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
+from soarpack.facts import image
 from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
 
 PLATFORM = "platform"
@@ -302,7 +303,7 @@ def build_bundle(
             problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
             if problems:
                 raise WheelError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                                 "the platform image (CPython 3.10, torch 2.9.1) cannot run this wheel set; "
+                                 f"the platform image ({image.describe_short()}) cannot run this wheel set; "
                                  "pin a release that supports it")
         else:
             wheel_names, wheel_source = [], "none"

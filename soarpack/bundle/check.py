@@ -1,8 +1,8 @@
 """`soarpack check`: rehearse what the platform does with a bundle before an upload is spent.
 
 Static steps: safe extraction, size, structure and manifest, credentials, wheel tags, `bash -n`, args lint.
-Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (CPython 3.10 with the fork's pins:
-torch 2.9.1, torchao 0.9.0, transformers 4.57.1; see imagestack.py) that sees nothing of this machine's
+Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (the image's CPython with the fork's
+pins, soarpack.facts.image; see imagestack.py) that sees nothing of this machine's
 site-packages: source prepare_env.sh with it as the image's python (the bundle's own wheels go into the overlay
 offline, with uv when it is on PATH), `bash prepare_model.sh` on a tiny SALA model, `soarpack verify` on the result.
 Each step that ran an interpreter records the Python, torch and transformers versions that interpreter reported.
@@ -33,10 +33,10 @@ from soarpack.bundle.manifest import bundle_path_problem, read_manifest, verify_
 from soarpack.bundle.secrets import scan_tree
 from soarpack.bundle.tarpack import safe_extract
 from soarpack.errors import SoarpackError
+from soarpack.facts import image, launch, limits
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-PLATFORM_DEFAULT_ARGS = ("--disable-radix-cache --attention-backend minicpm_flashinfer --chunked-prefill-size 8192 "
-                         "--skip-server-warmup --dense-as-sparse")
+PLATFORM_DEFAULT_ARGS = launch.DEFAULT_SERVER_ARGS
 # A tiny quantization run: enough rows for GPTQ's Hessians on the tiny model, minutes not hours on a CPU.
 REHEARSAL_QUANTIZE = "--rows 16 --max-len 128 --device cpu --no-report"
 
@@ -84,7 +84,7 @@ class CheckReport:
         if not_run:
             return f"not rehearsed: {', '.join(not_run)}"
         if self.stack != IMAGE_STACK:
-            return "rehearsed on the development stack, not the image's (CPython 3.10, torch 2.9.1)"
+            return f"rehearsed on the development stack, not the image's ({image.describe_short()})"
         return None
 
     @property
@@ -349,7 +349,7 @@ def check_bundle(
                 raise StepFailed(f"{bundle} is not a file")
             size = bundle.stat().st_size
             if size > layout.MAX_BYTES:
-                raise StepFailed(f"{size / 1e9:.2f} GB is over the platform's 2 GB limit")
+                raise StepFailed(f"{size / 1e9:.2f} GB is over the platform's {limits.upload_limit_words()} limit")
             s["detail"] = f"{size / 1e6:.1f} MB of {layout.MAX_BYTES / 1e9:.1f} GB" + (" (close to the limit)" if size > layout.WARN_BYTES else "")
         if r.failed("size"):
             return report
@@ -581,7 +581,7 @@ def _served_tree(root: Path, sglang_mode: Optional[str], fork_copy: Optional[Pat
 def _fork_load(quantized: Path, tree: Path, root: Path, manifest: Dict[str, Any], note: Callable[[str], None]) -> tuple:
     """Load the rehearsal's checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
 
-    Always on the image stack, --dev-stack or not: the fork pins transformers 4.57.1 and does not import on ours."""
+    Always on the image stack, --dev-stack or not: the fork pins its own transformers and does not import on ours."""
     from soarpack.serve.forkcheck import run_fork_check
 
     quant = manifest.get("quantize") or {}

@@ -17,6 +17,7 @@ import typer
 
 from soarpack.cli import command, err_console, renamed, required
 from soarpack.errors import SoarpackError
+from soarpack.facts import limits, scoring as platform_scoring
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
@@ -93,7 +94,7 @@ def eval_cmd(
                                                   "and tokenizer, as on the platform."),
     concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
     rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
-    timeout: float = typer.Option(3000.0, "--timeout", metavar="SECONDS",
+    timeout: float = typer.Option(limits.EVAL_TIMEOUT_S, "--timeout", metavar="SECONDS",
                                   help="Per-request timeout (> 0); a timeout scores 0."),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose reply has started but then sends no byte for "
@@ -101,8 +102,8 @@ def eval_cmd(
     retries: int = typer.Option(0, "--retries", metavar="N",
                                 help="Send a failed request again up to N times (the platform does not retry: "
                                      "a failed row scores 0). The report gives the accuracy with and without."),
-    max_tokens: int = typer.Option(65536, "--max-tokens", metavar="N",
-                                   help="max_tokens per request, at least 1 (the platform sends 65536)."),
+    max_tokens: int = typer.Option(limits.EVAL_MAX_TOKENS, "--max-tokens", metavar="N",
+                                   help=f"max_tokens per request, at least 1 (the platform sends {limits.EVAL_MAX_TOKENS})."),
     output: Path = typer.Option(Path("eval.json"), "-o", "--output", metavar="FILE",
                                 help="Result JSON. An existing one is resumed only if it was measured against the "
                                      "same --api-base and model, from the same data."),
@@ -159,7 +160,7 @@ def eval_cmd(
     if report["c_factor"] < 1:
         raise BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
                              f"{report['overall_accuracy']:.2f}) gives C = {report['c_factor']}; full credit needs "
-                             "ori > 79.2", "this checkpoint would lose score on the platform: try a safer recipe")
+                             f"ori > {platform_scoring.FULL_CREDIT_ORI:g}", "this checkpoint would lose score on the platform: try a safer recipe")
 
 
 @command("bench")
@@ -308,7 +309,7 @@ def score_cmd(
         typer.echo(json.dumps(result, indent=2))
     if result["c_factor"] < 1:
         raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
-                             f"{result['final_score']:.2f} is below full credit", "C = 1 needs ori accuracy > 79.2")
+                             f"{result['final_score']:.2f} is below full credit", f"C = 1 needs ori accuracy > {platform_scoring.FULL_CREDIT_ORI:g}")
 
 
 class CompareFormat(str, enum.Enum):

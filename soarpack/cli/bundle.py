@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
+from soarpack.facts import image
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
 
@@ -123,7 +124,7 @@ def check_cmd(
                                         help="Rehearse in this folder and keep it (logs, overlay venv)."),
     dev_stack: bool = typer.Option(False, "--dev-stack",
                                    help="Rehearse on this environment's Python instead of the image's stack "
-                                        "(CPython 3.10, torch 2.9.1): faster, but no proof for the platform."),
+                                        f"({image.describe_short()}): faster, but no proof for the platform."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
 ) -> None:

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
+from soarpack.facts import launch
 
 sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
@@ -120,7 +121,24 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         typer.echo(f"{p.name:28s} {p.summary}")
 
 
-@command("args")
+def _launch_example() -> str:
+    """The platform's launch line for the `args` help, wrapped (soarpack.facts.launch)."""
+    lead = " ".join(["python -m", launch.MODULE, *launch.leading_args("Q")[:3]])
+    middle = " ".join([*launch.leading_args("Q")[3:], "$SGLANG_SERVER_ARGS", *launch.TRAILING_ARGS[:2]])
+    return f"{lead} \\\n        {middle} \\\n        {' '.join(launch.TRAILING_ARGS[2:])}"
+
+
+_ARGS_HELP = f"""Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2).
+
+    Example, as the platform starts its server (start yours the same way):
+
+    \b
+      export SGLANG_SERVER_ARGS="$(soarpack args safe)"
+      {_launch_example()}
+    """
+
+
+@command("args", help=_ARGS_HELP)
 def args_cmd(
     profile: str = typer.Argument("safe", metavar="PROFILE",
                                   help="Serving profile name (soarpack profiles) or a .toml path."),
@@ -130,16 +148,7 @@ def args_cmd(
     unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),
     old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
 ) -> None:
-    """Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2).
-
-    Example, as the platform starts its server (start yours the same way):
-
-    \b
-      export SGLANG_SERVER_ARGS="$(soarpack args safe)"
-      python -m sglang.launch_server --model-path Q --trust-remote-code \\
-        --port 30000 $SGLANG_SERVER_ARGS --tp-size 1 \\
-        --max-running-requests 32 --enable-metrics
-    """
+    """_ARGS_HELP above (the launch line comes from soarpack.facts.launch)."""
     from rich.markup import escape
 
     from soarpack.serve.lint import lint_args, raise_on_errors
@@ -232,7 +241,7 @@ def rehearse_server_cmd(
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR",
                                        help="Folder for server.log, eval.json, bench.json, score.json "
                                             "(default: rehearsal)."),
-    port: int = typer.Option(30000, "--port", metavar="PORT", help="The server's port (the platform's is 30000)."),
+    port: int = typer.Option(launch.PORT, "--port", metavar="PORT", help=f"The server's port (the platform's is {launch.PORT})."),
     per_task: int = typer.Option(6, "--per-task", metavar="N", min=1, help="Eval rows per task (a stratified slice)."),
     bench_rows: int = typer.Option(8, "--bench-rows", metavar="N", min=1, help="Rows of the short bench (each tier)."),
     ready_timeout: float = typer.Option(600.0, "--ready-timeout", metavar="SECONDS", help="How long to wait for /health."),

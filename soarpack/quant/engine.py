@@ -26,10 +26,11 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Seque
 import torch
 
 from soarpack.errors import SoarpackError
+from soarpack.facts import engine as engine_facts
 from soarpack.sala.config import (ATTN_INPUT_LINEARS, ATTN_OUTPUT_LINEAR, LIGHTNING_GATE, MLP_INPUT_LINEARS,
                                   MLP_OUTPUT_LINEAR, MODEL_TYPE, SPARSE_GATE)
 
-SUPPORTED_VERSION = "7.6.0"
+SUPPORTED_VERSION = engine_facts.GPTQMODEL
 EngineMode = Literal["soarpack", "gptqmodel-defaults"]
 LayerCallback = Callable[[int, int], None]  # (layer index, number of layers), at a layer's first forward
 

@@ -9,7 +9,7 @@
 - Every other file (tokenizer, chat template, `generation_config.json`, remote-code `.py`) is copied byte for byte.
 
 `auto_map`: kept as in the original by default. The platform's BF16 baseline serves the unmodified release
-(auto_map included) with `--trust-remote-code`, so the fork demonstrably builds its model from that config.json;
+(auto_map included) with remote code trusted, so the fork demonstrably builds its model from that config.json;
 SGLang rebuilds its own `MiniCPMHybridConfig` from the fields and the remote config class keeps unknown keys such
 as `quantization_config` as attributes. Peers removed `auto_map.AutoConfig` (SALA.md §4); `auto_map="drop-config"`
 does that for an A/B test on the platform, without touching the rest of auto_map.

@@ -1,8 +1,8 @@
 """Load a quantized checkpoint through the OpenBMB SGLang fork's own code on a CPU: `soarpack serve-check`.
 
 The fork's server args, `ModelConfig`, quantization-config detection, `MiniCPMSALAForCausalLM` and `load_weights`
-run in a child interpreter (`_fork_child.py`), by default the image stand-in (CPython 3.10, torch 2.9.1,
-transformers 4.57.1: the fork's pins), with the fork's GPU-only extensions stood in. This module builds the request,
+run in a child interpreter (`_fork_child.py`), by default the image stand-in (the image's Python with the fork's
+pins, soarpack.facts.image), with the fork's GPU-only extensions stood in. This module builds the request,
 runs the child, and judges its report against the recipe's plan: each decoder linear must get the quant method and
 bits the recipe says, every checkpoint tensor must land in a parameter, and every parameter must be written.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
+from soarpack.facts import gpu, launch
 
 CHILD_SCRIPT = Path(__file__).with_name("_fork_child.py")
 CHILD_TIMEOUT_S = 900
@@ -119,6 +120,15 @@ def resolve_python(python: Optional[os.PathLike], dev_stack: bool, log=print) ->
 
 
 # -- running the child -----------------------------------------------------------------------------------------
+
+
+def platform_request() -> Dict[str, Any]:
+    """The platform's facts the child needs, from soarpack.facts (the child imports nothing of soarpack): the launch
+    line around our server args and the GPU its stand-ins answer as."""
+    leading = launch.leading_args("MODEL")
+    # The metrics flag is left out: the check parses the args and builds the model, it starts no server.
+    after = [a for a in launch.TRAILING_ARGS if a != launch.METRICS_FLAG]
+    return {"launch": {"model_path_flag": leading[0], "before": leading[2:], "after": after}, "gpu": gpu.as_request()}
 
 
 def child_command(python: os.PathLike, request_path: os.PathLike) -> List[str]:
@@ -269,7 +279,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     interpreter = resolve_python(python, dev_stack, log=log)
 
     request = {"ckpt": str(ckpt), "sglang_src": str(src), "server_args": args, "patched_files": patched_files(),
-               "standin_remote_config": uses_placeholder_remote_config(ckpt, raw)}
+               "standin_remote_config": uses_placeholder_remote_config(ckpt, raw), **platform_request()}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="soarpack-forkcheck-") as tmp:
         report, log_text = run_child(interpreter, request, Path(tmp), timeout)

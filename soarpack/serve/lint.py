@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from soarpack.errors import ConfigError
+from soarpack.facts import launch
 from soarpack.serve.serverargs import FlagSpec, known_flags, split_args
 
 RULES: Dict[str, str] = {
@@ -36,8 +37,8 @@ RULES: Dict[str, str] = {
     "force-dense-sparse-backend": "--force-dense-minicpm with a minicpm_* backend: the sparse backend refuses a dense config",
     "dense-as-sparse-ignored": "--dense-as-sparse only acts on the minicpm sparse backend",
     "no-attention-backend": "no --attention-backend: SGLang picks one for the hybrid model",
-    "cuda-graph-bs": "CUDA graphs captured for fewer than 32 running requests: larger batches run eager",
-    "platform-override": "the platform sets this flag itself (--max-running-requests 32, --tp-size 1, --port, --model-path)",
+    "cuda-graph-bs": f"CUDA graphs captured for fewer than {launch.MAX_RUNNING_REQUESTS} running requests: larger batches run eager",
+    "platform-override": f"the platform sets this flag itself ({launch.overrides_phrase()})",
     "unknown-patch": "a patch name the patch set does not have",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
 }
@@ -47,11 +48,11 @@ ERROR_RULES = {
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
     "mem-fraction-range",
 }
-PLATFORM_FLAGS = ("--max-running-requests", "--tp-size", "--port", "--model-path")
+PLATFORM_FLAGS = launch.PLATFORM_FLAGS
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
 DTYPE_PATCH = "sparse-dtype"
 SPARSE_BACKENDS = ("minicpm_flashinfer", "minicpm_flashattn")
-PLATFORM_MAX_RUNNING = 32
+PLATFORM_MAX_RUNNING = launch.MAX_RUNNING_REQUESTS
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Starts `python -m sglang.launch_server` on the checkpoint the way the platform does (SALA.md §1), waits for it to
 be healthy, runs `soarpack eval` on a stratified slice of the public set, a short bench and `score`, reports the
-expected accuracy gate C with its margin to the 79.2 cliff, stops the server and keeps its log.
+expected accuracy gate C with its margin to the full-credit line (soarpack.facts.scoring), stops the server and keeps its log.
 
 Tested here against a stand-in `sglang` package only (tests/fake_sglang_server.py behind `sglang.launch_server`);
 nobody here has run it against the real server.
@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, SoarpackError
+from soarpack.facts import launch, limits, scoring as platform_scoring
 
-PLATFORM_PORT = 30000
-READY_TIMEOUT_S = 600.0  # the platform gives the server about 10 minutes
+PLATFORM_PORT = launch.PORT
+READY_TIMEOUT_S = limits.SERVER_READY_S
 STOP_GRACE_S = 30.0
 LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
 # What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
-PLATFORM_TRAILING_ARGS = ("--tp-size", "1", "--max-running-requests", "32", "--enable-metrics")
+PLATFORM_TRAILING_ARGS = launch.TRAILING_ARGS
 
 
 class ServerError(SoarpackError):
@@ -38,8 +39,7 @@ class ServerError(SoarpackError):
 
 
 def launch_command(ckpt: os.PathLike, server_args: Sequence[str], port: int, python: str = sys.executable) -> List[str]:
-    return [python, "-m", "sglang.launch_server", "--model-path", str(ckpt), "--trust-remote-code", "--port", str(port),
-            *server_args, *PLATFORM_TRAILING_ARGS]
+    return [python, "-m", launch.MODULE, *launch.server_argv(str(ckpt), list(server_args), port)]
 
 
 def _log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -123,10 +123,8 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
 
 
 def c_cliff_ori() -> float:
-    """The ori_accuracy above which C = 1: overall > 99 with overall = ori / baseline · 100 (79.2 for 80)."""
-    from soarpack.bench.scoring import BASELINE_ACCURACY
-
-    return round(99.0 * BASELINE_ACCURACY / 100.0, 4)
+    """The ori_accuracy above which C = 1 (derived in soarpack.facts.scoring from the baseline and C's steps)."""
+    return platform_scoring.FULL_CREDIT_ORI
 
 
 def gate_line(ori: float, rows: int) -> str:
@@ -171,7 +169,7 @@ class RehearsalResult:
 
 def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
                     port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
-                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = 3000.0,
+                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = limits.EVAL_TIMEOUT_S,
                     env: Optional[Dict[str, str]] = None, log: Callable[[str], None] = print) -> RehearsalResult:
     """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score."""
     from soarpack.bench import speedset as ss
