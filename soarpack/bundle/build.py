@@ -33,6 +33,7 @@ from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
 from soarpack.facts import image
+from soarpack.recipe.files import is_path
 from soarpack.fsutil import atomic_file, atomic_write_json, atomic_write_text, ensure_writable_output
 
 PLATFORM = "platform"
@@ -103,14 +104,14 @@ def _copy_sources(stage: Path) -> None:
 
 def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
     """Validate the recipe; return (what the manifest names, the Recipe)."""
-    from soarpack.quant.recipe import load_recipe
+    from soarpack.recipe.model import load_recipe, locate_recipe
 
-    rec = load_recipe(recipe)
-    path = Path(str(recipe))
-    if path.suffix == ".toml" or path.is_file():
-        shutil.copyfile(path, stage / layout.RECIPE_FILE)
+    where = locate_recipe(recipe)
+    rec = load_recipe(where.path if where.builtin is None else where.builtin)
+    if where.builtin is None:
+        shutil.copyfile(where.path, stage / layout.RECIPE_FILE)
         return layout.RECIPE_FILE, rec
-    return str(recipe), rec
+    return where.builtin, rec
 
 
 def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any) -> tuple:
@@ -200,7 +201,7 @@ def _check_sglang_src(sglang_src: Union[str, Path]) -> None:
 
 def _input_paths(profile: Optional[str], recipe, sglang_src, calib: Sequence[Path], wheel_dir) -> List[Path]:
     """Every file or folder the build reads that a user named: the output may be none of them, nor inside one."""
-    files = [Path(str(p)) for p in (profile, recipe) if p is not None and Path(str(p)).is_file()]  # else a name
+    files = [Path(str(p)) for p in (profile, recipe) if p is not None and is_path(p) and Path(str(p)).is_file()]
     folders = [Path(str(p)) for p in (None if str(sglang_src) == PLATFORM else sglang_src, wheel_dir) if p is not None]
     return files + folders + list(calib)
 
@@ -259,7 +260,7 @@ def build_bundle(
     `out` None: soarpack-PROFILE-RECIPE-HASH8.tar.gz in the current folder, named after the content. An existing
     output is replaced only with `force`."""
     from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
-    from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+    from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
     prof = load_profile(profile or DEFAULT_PROFILE)
     recipe_ref = recipe if recipe is not None else prof.recipe
@@ -271,7 +272,7 @@ def build_bundle(
     for c in calib:
         if not c.is_file():
             raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
-    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and Path(str(recipe)).is_file() else []))
+    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and is_path(recipe) else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
     inputs = _input_paths(profile, recipe, sglang_src, calib, wheel_dir)

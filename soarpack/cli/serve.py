@@ -153,7 +153,7 @@ def args_cmd(
 
     from soarpack.serve.lint import lint_args, raise_on_errors
     from soarpack.serve.patches import resolve_src
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     src = renamed(src, old_src, "--sglang-src", "--src")
     prof = load_profile(profile)
@@ -179,7 +179,7 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     \b
       soarpack profiles
     """
-    from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
+    from soarpack.recipe.profile import DEFAULT_PROFILE, list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
     if as_json:
@@ -216,7 +216,7 @@ def serve_check_cmd(
       soarpack serve-check Q --sglang-src ~/sglang/python
     """
     from soarpack.serve.forkcheck import run_fork_check
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     server_args = load_profile(profile).args if profile else None
     result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,

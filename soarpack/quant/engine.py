@@ -67,6 +67,19 @@ class GptqResult:
     region_counts: Dict[str, int] = field(default_factory=dict)
 
 
+def quantizer() -> List[str]:
+    """Who wrote a checkpoint, for its quantization_config's meta.quantizer: soarpack and the installed GPTQModel."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from soarpack import __version__
+
+    try:
+        engine = f"gptqmodel:{version('gptqmodel')}"
+    except PackageNotFoundError:
+        engine = "gptqmodel:unknown"
+    return [f"soarpack:{__version__}", engine]
+
+
 def module_tree(shared_input: bool = True) -> list:
     """GPTQModel's module_tree for SALA, from the catalogue."""
     attn_in = ":in=attn_in" if shared_input else ""

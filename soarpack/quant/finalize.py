@@ -5,6 +5,7 @@
   checkpoint unchanged: bf16 stays bf16 (fp16 only when asked).
 - `config.json`: every original field, plus `quantization_config`; no derived key is ever written (the fork's
   config class has read-only properties and crashes on them).
+- `config.json`'s `quantization_config` is soarpack.recipe.checkpoint's (it carries the recipe's TOML and sha256).
 - `quantize_config.json`: the same quantization settings, for tools that read that file.
 - Every other file (tokenizer, chat template, `generation_config.json`, remote-code `.py`) is copied byte for byte.
 
@@ -25,7 +26,6 @@ from typing import Any, Dict, Iterable, Optional
 
 import torch
 
-from soarpack import __version__
 from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_write_json, atomic_write_text
 from soarpack.quant.gptq_format import QUANT_PARTS
@@ -33,33 +33,6 @@ from soarpack.quant.gptq_format import QUANT_PARTS
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 AUTO_MAP_MODES = ("keep", "drop-config")
-
-
-def quantization_config(recipe: Any, config: Any) -> Dict[str, Any]:
-    """The `quantization_config` of config.json (and quantize_config.json's content)."""
-    return {
-        "quant_method": "gptq",
-        "checkpoint_format": "gptq",
-        "bits": recipe.bits,
-        "group_size": recipe.group_size,
-        "sym": recipe.sym,
-        "desc_act": recipe.desc_act,
-        "lm_head": False,
-        "damp_percent": recipe.damp,
-        "true_sequential": True,
-        "pack_dtype": "int32",
-        "dynamic": recipe.render_dynamic(config),
-        "meta": {"quantizer": [f"soarpack:{__version__}", _gptqmodel_version()], "recipe": recipe.name},
-    }
-
-
-def _gptqmodel_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return f"gptqmodel:{version('gptqmodel')}"
-    except Exception:
-        return "gptqmodel:unknown"
 
 
 def write_config(src_dir: Path, out_dir: Path, qcfg: Dict[str, Any], *, auto_map: str = "keep",

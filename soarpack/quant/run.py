@@ -166,7 +166,7 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     from soarpack.fsutil import prepare_output_dir
     from soarpack.quant import engine
     from soarpack.quant.calib import check_max_len
-    from soarpack.quant.recipe import load_recipe
+    from soarpack.recipe.model import load_recipe
     from soarpack.sala.config import load_config
 
     # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
@@ -255,14 +255,16 @@ def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, to
 
 def save_checkpoint(quantized: Dict[str, Dict[str, torch.Tensor]], model_dir: Path, tmp: Path, run: Run,
                     opts: QuantizeOptions) -> None:
-    from soarpack.quant.finalize import collect_tensors, copy_side_files, quantization_config, write_config
+    from soarpack.quant.engine import quantizer
+    from soarpack.quant.finalize import collect_tensors, copy_side_files, write_config
+    from soarpack.recipe.checkpoint import quantization_config
     from soarpack.sala.checkpoint import iter_tensors, save_state_dict
 
     fp16 = opts.float_dtype == "float16"
     tensors = collect_tensors(quantized, iter_tensors(model_dir), float_dtype=torch.float16 if fp16 else torch.bfloat16)
     save_state_dict(tensors, tmp)
     del tensors
-    write_config(model_dir, tmp, quantization_config(run.recipe, run.config), auto_map=opts.auto_map,
+    write_config(model_dir, tmp, quantization_config(run.recipe, run.config, quantizer()), auto_map=opts.auto_map,
                  torch_dtype="float16" if fp16 else None)
     copy_side_files(model_dir, tmp)
 

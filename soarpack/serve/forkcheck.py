@@ -73,15 +73,10 @@ def _read_config(ckpt: Path) -> Dict[str, Any]:
 
 
 def recipe_of(raw_config: Dict[str, Any], recipe=None):
-    """The recipe to judge against: the one given, else the one the checkpoint's quantization_config names."""
-    from soarpack.quant.recipe import load_recipe
+    """The recipe to judge against: the one given, else the one the checkpoint carries (soarpack.recipe.checkpoint)."""
+    from soarpack.recipe.checkpoint import recipe_for
 
-    if recipe is None:
-        recipe = (raw_config["quantization_config"].get("meta") or {}).get("recipe")
-        if not recipe:
-            raise ConfigError("the checkpoint's quantization_config names no recipe (meta.recipe)",
-                              "pass --recipe NAME (the recipe it was quantized with)")
-    return load_recipe(recipe)
+    return recipe_for(raw_config["quantization_config"], recipe)
 
 
 def uses_placeholder_remote_config(ckpt: Path, raw_config: Dict[str, Any]) -> bool:
@@ -175,7 +170,7 @@ def run_child(python: os.PathLike, request: Dict[str, Any], scratch: Path, timeo
 
 def _fork_to_hf(module: str) -> List[str]:
     """HF linears the fork fuses into `module` (qkv_proj -> q/k/v_proj), or the module itself."""
-    from soarpack.quant.recipe import FUSED_GROUPS
+    from soarpack.recipe.plan import FUSED_GROUPS
 
     for fused, members in FUSED_GROUPS.items():
         if module.endswith("." + fused):
@@ -266,7 +261,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     """
     from soarpack.sala.config import SalaConfig
     from soarpack.serve.patches import resolve_src
-    from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+    from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
     ckpt = Path(ckpt).resolve()
     if not ckpt.is_dir():

@@ -178,7 +178,7 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
     from soarpack.bench.speed import BenchConfig, run_bench
     from soarpack.bench.tokenizer import load_tokenizer
     from soarpack.fsutil import atomic_write_json
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     ckpt, data, out_dir = Path(ckpt), Path(data), Path(out_dir)
     if not (ckpt / "config.json").is_file():
