@@ -15,11 +15,9 @@ Nothing in it depends on the clock or the user: the same inputs give a byte-iden
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import soarpack
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
+from soarpack.bundle.manifest import MANIFEST_NAME, parse_manifest, render_bundle_env, render_manifest
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, OutputExistsError, SoarpackError
@@ -48,20 +46,21 @@ class BundleTooLargeError(SoarpackError):
 class BuildResult:
     path: Path
     size: int
-    manifest: Dict[str, Any]
+    manifest: Dict[str, Any]  # MANIFEST.json as written
+    id: str  # the bundle's identity (soarpack.bundle.manifest.Manifest.id)
     warnings: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         m = {k: v for k, v in self.manifest.items() if k != "files"}
-        return {"path": str(self.path), "size": self.size, "warnings": self.warnings, "manifest": m}
+        return {"path": str(self.path), "id": self.id, "size": self.size, "warnings": self.warnings, "manifest": m}
 
 
 DEFAULT_NAME_GLOB = "soarpack-*.tar.gz"
 
 
 def content_hash(manifest: Dict[str, Any]) -> str:
-    """sha256 of the MANIFEST's canonical JSON: it lists every file's sha256, so one hash is one content."""
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    """The bundle identity of a MANIFEST (Manifest.id): one hash is one content."""
+    return parse_manifest(manifest, "MANIFEST.json").id
 
 
 def default_output(profile_name: str, recipe_name: str, digest: str) -> Path:
@@ -206,20 +205,6 @@ def _input_paths(profile: Optional[str], recipe, sglang_src, calib: Sequence[Pat
     return files + folders + list(calib)
 
 
-def _bundle_env(profile, fallback_args: str, sglang_mode: str, patches: Sequence[str]) -> str:
-    values = {
-        "SOARPACK_BUNDLE_VERSION": soarpack.__version__,
-        "SOARPACK_BUNDLE_PROFILE": profile.name,
-        "SOARPACK_BUNDLE_SERVER_ARGS": profile.args_string(),
-        "SOARPACK_BUNDLE_FALLBACK_ARGS": fallback_args,
-        "SOARPACK_BUNDLE_SGLANG": sglang_mode,
-        "SOARPACK_BUNDLE_PATCHES": " ".join(patches),
-    }
-    lines = ["# Written by soarpack build; sourced by prepare_env.sh."]
-    lines += [f"{k}={shlex.quote(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
-
-
 def lint_profile_for_bundle(profile, recipe, patched: Sequence[str]) -> List[str]:
     """Raise on lint errors in the profile's args; return the warnings as lines."""
     from soarpack.serve.lint import lint_args, raise_on_errors
@@ -286,17 +271,16 @@ def build_bundle(
     with tempfile.TemporaryDirectory(prefix="soarpack-build-") as tmp:
         stage = Path(tmp) / "bundle"
         stage.mkdir()
-        recipe_name, rec = _recipe_entry(stage, recipe_ref)
+        recipe_entry, rec = _recipe_entry(stage, recipe_ref)
         warnings += lint_profile_for_bundle(prof, rec, prof.patches)
         if fallback is not None:
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
-        log(f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}")
+        log(f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}")
         _copy_sources(stage)
         calib_names, held_out_names = _calibration(stage, calib, calib_rows, rec)
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
-        atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
         if wheels:
             wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
                                          wheel_dir=Path(wheel_dir) if wheel_dir else None, log=log)
@@ -310,20 +294,22 @@ def build_bundle(
             wheel_names, wheel_source = [], "none"
             warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
                             "so prepare_model.sh will fail there; use this bundle for rehearsal only")
-        scan_tree(stage)
         meta = {
             "soarpack_version": soarpack.__version__,
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
-            "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names,
+            "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
                          "held_out": held_out_names, "extra_args": []},
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
         }
+        # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
+        atomic_write_text(stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
+        scan_tree(stage)
         manifest = render_manifest(stage, meta)
-        atomic_write_json(stage / MANIFEST_NAME, manifest)
+        atomic_write_json(stage / MANIFEST_NAME, manifest.as_json())
         if out is None:
-            out_path = default_output(prof.name, rec.name, content_hash(manifest))
+            out_path = default_output(prof.name, rec.name, manifest.id)
             ensure_writable_output(out_path, what="-o", inputs=inputs)
             _refuse_existing(out_path, force)
         # Packed beside the target and renamed over it only once it is complete and within the limit.
@@ -337,5 +323,5 @@ def build_bundle(
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
     for w in warnings:
         log(f"warning: {w}")
-    return BuildResult(out_path, size, manifest, warnings)
+    return BuildResult(out_path, size, manifest.as_json(), manifest.id, warnings)
 

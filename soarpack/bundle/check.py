@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import bundle_path_problem, read_manifest, verify_files
+from soarpack.bundle.manifest import Manifest, bundle_path_problem, consistency_problems, read_manifest, verify_files
 from soarpack.bundle.secrets import scan_tree
 from soarpack.bundle.tarpack import safe_extract
 from soarpack.errors import SoarpackError
@@ -144,7 +144,7 @@ def _run(cmd: List[str], *, env: Optional[Dict[str, str]] = None, cwd: Optional[
 # -- static steps ----------------------------------------------------------------------------------------------
 
 
-def _structure(root: Path) -> Dict[str, Any]:
+def _structure(root: Path) -> Manifest:
     missing = [name for name in layout.REQUIRED if not (root / name).is_file()]
     if missing:
         raise StepFailed("missing: " + ", ".join(missing))
@@ -152,16 +152,18 @@ def _structure(root: Path) -> Dict[str, Any]:
     problems = verify_files(root, manifest)
     if problems:
         raise StepFailed(f"{len(problems)} file(s) disagree with MANIFEST.json: " + "; ".join(problems[:5]))
-    quant = manifest.get("quantize") or {}
-    if not quant.get("recipe"):
+    if not manifest.quantize.recipe:
         raise StepFailed("MANIFEST.json names no recipe")
-    for calib in quant.get("calib") or []:
+    for calib in manifest.quantize.calib + manifest.quantize.held_out:
         problem = bundle_path_problem(calib)
         if problem:
             raise StepFailed(f"calibration entry {calib!r} {problem}")
         if not (root / calib).is_file():
             raise StepFailed(f"calibration file {calib} is missing")
-    wheels = (manifest.get("wheels") or {}).get("files") or []
+    problems = consistency_problems(root, manifest)  # the MANIFEST, bundle.env and what check says: one record
+    if problems:
+        raise StepFailed("; ".join(problems))
+    wheels = manifest.wheels.files
     present = sorted(p.name for p in (root / layout.WHEELS_DIR).glob("*.whl"))
     if sorted(wheels) != present:
         raise StepFailed("wheels/ does not match the manifest's wheel list")
@@ -201,16 +203,10 @@ def _installable_here(wheel_names: List[str]) -> Optional[str]:
     return None
 
 
-def _lint(manifest: Dict[str, Any], root: Path) -> str:
+def _lint(manifest: Manifest, root: Path) -> str:
     from soarpack.serve.lint import lint_args
 
-    prof = manifest.get("profile") or {}
-    quant = manifest.get("quantize") or {}
-    recipe = quant.get("recipe")
-    if recipe and (root / recipe).is_file():
-        recipe = root / recipe
-    patched = set(prof.get("patches") or []) if (manifest.get("sglang") or {}).get("mode") in ("platform", "tree") else set()
-    findings = lint_args(prof.get("args") or [], recipe=recipe, patched=patched)
+    findings = lint_args(manifest.profile.args, recipe=manifest.recipe_ref(root), patched=manifest.patched())
     errors = [f for f in findings if f.level == "error"]
     if errors:
         raise StepFailed("; ".join(f"{f.rule}: {f.message}" for f in errors))
@@ -358,10 +354,11 @@ def check_bundle(
             s["detail"] = f"{sum(1 for _ in root.rglob('*'))} entries, every member inside the tree"
         if r.failed("extract"):
             return report
-        manifest: Dict[str, Any] = {}
+        manifest: Optional[Manifest] = None
         with r.step("structure") as s:
             manifest = _structure(root)
-            s["detail"] = f"{len(manifest['files'])} files match MANIFEST.json (soarpack {manifest.get('soarpack_version')})"
+            s["detail"] = (f"{len(manifest.files)} files match MANIFEST.json (bundle {manifest.id[:12]}, "
+                           f"soarpack {manifest.soarpack_version}, recipe {manifest.quantize.recipe_name})")
         with r.step("credentials") as s:
             scan_tree(root)
             s["detail"] = "no credential-looking file"
@@ -388,7 +385,7 @@ def check_bundle(
                 raise StepFailed("prepare_env.sh uses exit, set -e or set -u: sourcing it could stop the platform's script")
             s["detail"] = "bash -n on both scripts, preprocess_model.py compiles, prepare_env.sh has no exit/set -e"
         with r.step("args lint") as s:
-            if not manifest:
+            if manifest is None:
                 raise StepSkipped("no manifest")
             s["detail"] = _lint(manifest, root)
 
@@ -439,7 +436,7 @@ def _overlay_imports(overlay_py: str, env: Dict[str, str]) -> None:
         raise StepFailed(f"the overlay cannot import the quantization stack: {_tail(proc.stderr, 1)}")
 
 
-def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], wheel_names: List[str],
+def _rehearse(r: _Runner, root: Path, work: Path, manifest: Manifest, wheel_names: List[str],
               sglang_fork: Optional[os.PathLike], quantize_args: str, dev_stack: bool,
               note: Callable[[str], None]) -> None:
     from soarpack.imagestack import probe_versions
@@ -455,7 +452,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
     no_install = _installable_here(wheel_names) if (dev_stack and wheel_names) else None
     if no_install:
         env["SOARPACK_SKIP_WHEELS"] = "1"
-    sglang_mode = (manifest.get("sglang") or {}).get("mode")
+    sglang_mode = manifest.sglang.mode
     fork_copy = work / "sglang-fork"
     if sglang_fork is not None:
         # prepare_env.sh patches the image's checkout in place, and importing it writes bytecode: work on a copy,
@@ -476,12 +473,11 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
             raise StepFailed(f"the shell did not keep running after sourcing it (exit {values['_rc']}): {_tail(values['_stderr'] or values['_stdout'])}")
         if values.get("ERREXIT") or values.get("NOUNSET"):
             raise StepFailed("sourcing it left set -e or set -u on in the caller's shell")
-        prof = manifest.get("profile") or {}
-        expected = prof.get("args_string", "")
-        if sglang_mode in (None, "none") or env.get("SOARPACK_SKIP_SGLANG") or values.get("STATE", "").startswith("patched"):
+        expected = manifest.profile.args_string
+        if sglang_mode == "none" or env.get("SOARPACK_SKIP_SGLANG") or values.get("STATE", "").startswith("patched"):
             want = expected
         else:
-            want = prof.get("fallback_args", expected)
+            want = manifest.profile.fallback_args
         if values.get("ARGS") != want:
             raise StepFailed(f"SGLANG_SERVER_ARGS is {values.get('ARGS')!r}, expected {want!r}")
         overlay_py = values.get("PY", "")
@@ -490,7 +486,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
         overlay_versions = s["versions"] = probe_versions(overlay_py, env=env)
         if "!!!" in values["_stdout"]:
             raise StepFailed("it reported a failure: " + _tail("\n".join(ln for ln in values["_stdout"].splitlines() if "!!!" in ln and "!!!!!" not in ln)))
-        s["detail"] = f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {prof.get('name')}"
+        s["detail"] = f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {manifest.profile.name}"
     if r.failed("prepare_env.sh"):
         for name in ("bundled wheels", "sglang patches", "tiny model", "prepare_model.sh", "verify", "fork loads it", "server start"):
             r.skip(name, "prepare_env.sh failed")
@@ -522,7 +518,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
             raise StepFailed(f"the patches did not apply to {sglang_fork}: see {root / 'logs' / 'prepare_env.log'}")
         from soarpack.serve.patches import check_tree
 
-        patches = manifest["sglang"].get("patches") or []
+        patches = manifest.sglang.patches
         tree = check_tree(fork_copy / "python", patches)
         not_applied = [p.name for p in tree.patches if p.status != "applied"]
         if not_applied:
@@ -552,7 +548,7 @@ def _rehearse(r: _Runner, root: Path, work: Path, manifest: Dict[str, Any], whee
                 raise StepFailed(f"exit {proc.returncode}: {causes[-1] if causes else _tail(proc.stdout + proc.stderr)}")
             if not (quantized / "config.json").is_file():
                 raise StepFailed(f"exit 0 but {quantized} holds no config.json")
-            s["detail"] = f"quantized the tiny model with recipe {manifest['quantize']['recipe']} ({quantize_args})"
+            s["detail"] = f"quantized the tiny model with recipe {manifest.quantize.recipe_name} ({quantize_args})"
         with r.step("verify") as s:
             s["versions"] = overlay_versions
             if r.failed("prepare_model.sh"):
@@ -578,18 +574,13 @@ def _served_tree(root: Path, sglang_mode: Optional[str], fork_copy: Optional[Pat
     return fork_copy / "python" if fork_copy is not None else None
 
 
-def _fork_load(quantized: Path, tree: Path, root: Path, manifest: Dict[str, Any], note: Callable[[str], None]) -> tuple:
+def _fork_load(quantized: Path, tree: Path, root: Path, manifest: Manifest, note: Callable[[str], None]) -> tuple:
     """Load the rehearsal's checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
 
     Always on the image stack, --dev-stack or not: the fork pins its own transformers and does not import on ours."""
     from soarpack.serve.forkcheck import run_fork_check
 
-    quant = manifest.get("quantize") or {}
-    recipe = quant.get("recipe")
-    if recipe and (root / recipe).is_file():
-        recipe = root / recipe
-    args = (manifest.get("profile") or {}).get("args")
-    result = run_fork_check(quantized, tree, recipe=recipe, server_args=args, log=note)
+    result = run_fork_check(quantized, tree, recipe=manifest.recipe_ref(root), server_args=manifest.profile.args, log=note)
     if not result.ok:
         raise StepFailed(result.summary)
     return result.summary, (result.report or {}).get("versions")

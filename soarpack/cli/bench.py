@@ -21,7 +21,7 @@ from soarpack.facts import limits, scoring as platform_scoring
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
-_BUNDLE_HELP = "The bundle the server's checkpoint came from: its sha256, profile and recipe are recorded."
+_BUNDLE_HELP = "The bundle the server's checkpoint came from: its id, sha256, profile and recipe are recorded."
 
 
 def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
@@ -30,7 +30,10 @@ def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
         return None
     from soarpack.bundle.summary import inspect_bundle
 
-    return inspect_bundle(bundle)
+    summary = inspect_bundle(bundle)
+    err_console.print(f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})",
+                      markup=False, highlight=False)
+    return summary
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 

@@ -79,7 +79,8 @@ def inspect_cmd(
 ) -> None:
     """What a bundle holds, from its MANIFEST.json (nothing is extracted).
 
-    Profile, recipe, calibration rows and sources, server args, wheels, sha256.
+    Identity (the id the default name carries and eval/bench record), profile, recipe, calibration rows and
+    sources, server args, wheels, sha256.
 
     Example:
 
@@ -95,6 +96,7 @@ def inspect_cmd(
     q = {k: v for k, v in summary["quantize"].items() if k not in ("recipe", "recipe_name") and v not in ([], None, {})}
     lines = [
         ("bundle", f"{summary['path']} ({summary['size'] / 1e6:.1f} MB, {summary['files']} files)"),
+        ("id", summary["id"]),
         ("sha256", summary["sha256"]),
         ("soarpack", summary["soarpack_version"]),
         ("profile", f"{summary['profile']} (fallback {summary['fallback'] or '-'}, "
