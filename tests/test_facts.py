@@ -13,8 +13,6 @@ import tokenize
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-import pytest
-
 from soarpack import facts
 from soarpack.facts import engine, gpu, image, launch, limits, scoring
 

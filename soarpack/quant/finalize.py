@@ -80,11 +80,3 @@ def collect_tensors(quantized: Dict[str, Dict[str, torch.Tensor]], original_tens
         out[name] = tensor
     return out
 
-
-def extract_quantized(model: torch.nn.Module) -> Dict[str, Dict[str, torch.Tensor]]:
-    """Module name -> packed GPTQ tensors, for every module GPTQModel replaced with a quantized linear."""
-    found = {}
-    for name, module in model.named_modules():
-        if all(hasattr(module, k) for k in QUANT_PARTS) and isinstance(getattr(module, "qweight", None), torch.Tensor):
-            found[name] = {k: getattr(module, k) for k in QUANT_PARTS}
-    return found

@@ -3,7 +3,8 @@
 recipe → plan (check) → calibration and held-out rows (disjoint) → load → sanity (the original model's next-token
 loss on the held-out rows must be finite and under a bound, so a wrong implementation or a corrupt checkpoint stops
 here, not after twenty minutes) → gptq (soarpack.quant.engine, the one seam to GPTQModel) → save (temp dir) →
-quality (KL of the written checkpoint against the original on the held-out rows) → verify → rename.
+quality (KL of the written checkpoint against the original on the held-out rows; the math is soarpack.quant.quality)
+→ verify → rename.
 
 Progress goes to an `on_event` callback (the CLI renders it) and, when asked, to a plain log file.
 """
@@ -18,12 +19,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional
 
 import torch
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
 from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
+from soarpack.quant.quality import kl_stats, logprobs_of, next_token_loss
 from soarpack.quant.warmup import start_warmups
 from soarpack.sala.gla import current_backend, use_backend
 
@@ -128,7 +130,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
             gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
         if line := warmups.wait("gptq-block-update"):
             log.note("gptq", line)
-        quantized = checked_quantized(sala, run)
+        quantized = checked_quantized(gptq.packed, run)
         n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
         quality: Dict[str, Any] = {"gptq": gptq.module_losses}
         gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
@@ -240,11 +242,8 @@ def engine_options(run: Run, opts: QuantizeOptions) -> Any:
                          shared_input_hessians=opts.shared_input_hessians, offload_to_disk=opts.offload_to_disk)
 
 
-def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
-    """The packed tensors GPTQModel left in `sala`, refused unless they are exactly the plan's module set."""
-    from soarpack.quant.finalize import extract_quantized
-
-    quantized = extract_quantized(sala)
+def checked_quantized(quantized: Dict[str, Dict[str, torch.Tensor]], run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
+    """The packed tensors GPTQModel wrote, refused unless they are exactly the plan's module set."""
     expected = {n for n, mq in run.recipe.plan(run.config).items() if mq is not None}
     if set(quantized) != expected:
         missing, extra = sorted(expected - set(quantized)), sorted(set(quantized) - expected)
@@ -312,27 +311,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def next_token_loss(logprobs: Sequence[torch.Tensor], rows: Sequence[Sequence[int]]) -> float:
-    """Mean next-token cross entropy (nats) from the per-row log-probabilities of `next_token_logprobs`."""
-    total, count = 0.0, 0
-    for lp, ids in zip(logprobs, rows):
-        targets = torch.tensor(list(ids)[1:], dtype=torch.long)
-        total -= float(lp[:-1].gather(-1, targets.unsqueeze(-1)).sum())
-        count += len(targets)
-    return total / max(count, 1)
-
-
-def next_token_logprobs(model: torch.nn.Module, rows: Sequence[Sequence[int]], device: str) -> List[torch.Tensor]:
-    """Per-row log-probabilities [T, vocab] of a whole model (the layer-streamed runs use `logprobs_of`)."""
-    with torch.no_grad():
-        return logprobs_of([model(torch.tensor([list(ids)], device=device))[0].cpu() for ids in rows])
-
-
-def logprobs_of(logits: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """float32 log-softmax of each row's logits [T, vocab], on the CPU."""
-    return [torch.log_softmax(x.float(), dim=-1) for x in logits]
-
-
 def module_bits(run: Run) -> Dict[str, str]:
     """What the run did to each decoder linear, for the report."""
     return {name: f"{mq.bits}-bit g{mq.group_size}" if mq is not None else "16-bit (kept)"
@@ -382,18 +360,6 @@ def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
         yield
     finally:
         os.environ.pop(names[0], None)
-
-
-def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.Tensor]) -> Dict[str, float]:
-    """KL(ref ‖ new) per position: mean and max, plus top-1 agreement."""
-    kls, agree, n = [], 0, 0
-    for p, q in zip(ref_logprobs, new_logprobs):
-        kls.append((p.exp() * (p - q)).sum(-1))
-        agree += int((p.argmax(-1) == q.argmax(-1)).sum())
-        n += p.shape[0]
-    allk = torch.cat(kls)
-    return {"kl_mean": float(allk.mean()), "kl_max": float(allk.max()), "top1_agreement": agree / max(n, 1),
-            "positions": n}
 
 
 # -- progress ----------------------------------------------------------------------------------------------------
