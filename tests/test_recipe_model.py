@@ -35,6 +35,7 @@ def test_a_file_or_folder_named_like_a_builtin_never_shadows_it(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     Path("w4-mlp").write_text('[quant]\nname = "impostor"\nbits = 8\n')
     Path("safe").mkdir()  # a folder of that name broke every default build before
+    Path("w4-full").mkdir()
     rec = load_recipe("w4-mlp")
     assert rec.name == "w4-mlp" and rec.bits == Recipe.model_fields["bits"].default
     assert load_profile("safe").name == "safe"
@@ -50,6 +51,12 @@ def test_a_file_or_folder_named_like_a_builtin_never_shadows_it(tmp_path, monkey
     assert "pass ./other" in err.value.hint
     with pytest.raises(ConfigError, match="is a directory"):
         load_recipe("./safe")
+    assert load_recipe("w4-full").name == "w4-full"
+    from soarpack.bundle.build import build_bundle
+
+    built = build_bundle(None, wheels=False, log=lambda m: None)  # the default build, beside both impostors
+    assert built.manifest["profile"]["name"] == "safe"
+    assert (built.manifest["quantize"]["recipe"], built.manifest["quantize"]["recipe_name"]) == ("w4-mlp", "w4-mlp")
 
 
 def test_recipe_and_profile_share_the_one_rule():
