@@ -10,6 +10,7 @@ import typer
 
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
 from soarpack.facts import launch
+from soarpack.recipe.profile import DEFAULT_PROFILE
 
 sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
@@ -140,7 +141,7 @@ _ARGS_HELP = f"""Print SGLANG_SERVER_ARGS for a serving profile, after linting i
 
 @command("args", help=_ARGS_HELP)
 def args_cmd(
-    profile: str = typer.Argument("safe", metavar="PROFILE",
+    profile: str = typer.Argument(DEFAULT_PROFILE, metavar="PROFILE",
                                   help="Serving profile name (soarpack profiles) or a .toml path."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
     src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR",
@@ -179,7 +180,7 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     \b
       soarpack profiles
     """
-    from soarpack.recipe.profile import DEFAULT_PROFILE, list_profiles, load_profile
+    from soarpack.recipe.profile import list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
     if as_json:
@@ -236,7 +237,7 @@ def serve_check_cmd(
 def rehearse_server_cmd(
     ckpt: Path = typer.Argument(..., metavar="CKPT", help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
     data: Path = typer.Option(..., "--data", metavar="FILE", help="Your copy of the public set (perf_public_set.jsonl)."),
-    profile: str = typer.Option("safe", "--profile", metavar="NAME|FILE",
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", metavar="NAME|FILE",
                                 help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR",
                                        help="Folder for server.log, eval.json, bench.json, score.json "
