@@ -16,6 +16,7 @@ def _source(rel: str) -> str:
     return (PACKAGE / rel).read_text(encoding="utf-8")
 
 
+@pytest.mark.needs_torch
 def test_gptqmodel_knowledge_lives_in_the_engine_only():
     """The transformers view GPTQModel needs and where it leaves packed tensors are the engine's, not finalize's."""
     assert not (PACKAGE / "quant" / "hf_shim.py").exists()
@@ -28,6 +29,7 @@ def test_gptqmodel_knowledge_lives_in_the_engine_only():
     assert "quantized_model" not in engine.GptqResult.__dataclass_fields__
 
 
+@pytest.mark.needs_torch
 def test_the_quality_math_sits_beside_the_pipeline():
     from soarpack.quant import quality, run
 
@@ -37,6 +39,7 @@ def test_the_quality_math_sits_beside_the_pipeline():
     assert run.kl_stats is quality.kl_stats
 
 
+@pytest.mark.needs_torch
 def test_gla_backends_are_named_for_what_they_run():
     from soarpack.sala import gla
 
@@ -45,10 +48,11 @@ def test_gla_backends_are_named_for_what_they_run():
         gla.set_backend("auto")
 
 
+@pytest.mark.needs_torch
 def test_the_decoder_layer_keeps_no_attribute_nothing_reads():
+    from soarpack.sala.config import SalaConfig
     from soarpack.sala.model import SalaDecoderLayer
     from soarpack.sala.tiny import tiny_config_dict
-    from soarpack.sala.config import SalaConfig
 
     layer = SalaDecoderLayer(SalaConfig.from_dict(tiny_config_dict(num_layers=2)), 0)
     assert not hasattr(layer, "mixer_type")

@@ -18,14 +18,20 @@ from soarpack.recipe.checkpoint import base_grid, quantization_config, recipe_fo
 from soarpack.recipe.model import Recipe, list_recipes, load_recipe, recipe_from_dict, recipe_from_text, render_toml
 from soarpack.recipe.profile import Profile, list_profiles, load_profile
 from soarpack.sala.config import SalaConfig
-from soarpack.sala.tiny import tiny_config_dict
 
 SAFE_ARGS = ["--quantization", "gptq_marlin", "--dtype", "bfloat16", "--attention-backend", "minicpm_flashinfer",
              "--cuda-graph-max-bs", "32"]
 
 
 def tiny_config() -> SalaConfig:
-    return SalaConfig.from_dict(tiny_config_dict(num_layers=4))
+    """Four layers, the first sparse (soarpack.sala.tiny's shapes, without importing torch)."""
+    return SalaConfig.from_dict({
+        "model_type": "minicpm_sala", "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 4,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "vocab_size": 512,
+        "lightning_nh": 2, "lightning_nkv": 2, "lightning_head_dim": 128,
+        "mixer_types": ["minicpm4", "lightning-attn", "lightning-attn", "lightning-attn"],
+        "sparse_config": {"dense_len": 8192},
+    })
 
 
 # -- names resolve one way ----------------------------------------------------------------------------------------

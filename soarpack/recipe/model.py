@@ -293,7 +293,7 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
         raise ConfigError(f"{where}: rules must be an array of tables ([[quant.rules]])")
     if servable:
         _check_grid(q.get("bits"), q.get("group_size"), f"{where} [quant]")
-        if q.get("sym", True) is not True and isinstance(q.get("sym"), bool):
+        if q.get("sym") is False:
             raise ConfigError(f"{where}: sym = false: gptq_marlin serves symmetric quantization only", "set sym = true")
     rules = tuple(_parse_rule(r, f"{where} rule {k + 1}", servable) for k, r in enumerate(rules_raw))
     fields = {k: v for k, v in q.items() if k != "rules"}
