@@ -179,7 +179,11 @@ def test_an_extra_tensor_is_named(quantized, patched_trees, image_python, tmp_pa
 def test_a_recipe_that_disagrees_with_dynamic_is_caught(quantized, patched_trees, image_python, tmp_path):
     ckpt = _copy(quantized["w4-mlp"], tmp_path / "ckpt")
     raw = json.loads((ckpt / "config.json").read_text())
-    raw["quantization_config"]["meta"]["recipe"] = "w4-full"  # dynamic still keeps attention 16-bit
+    from soarpack.recipe.model import load_recipe
+
+    claimed = load_recipe("w4-full")  # the checkpoint carries w4-full's TOML; its dynamic still keeps attention 16-bit
+    raw["quantization_config"]["meta"].update(recipe=claimed.name, recipe_toml=claimed.toml_text(),
+                                              recipe_sha256=claimed.sha256())
     (ckpt / "config.json").write_text(json.dumps(raw, indent=2))
     result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python, log=lambda m: None)
     assert not result.ok
