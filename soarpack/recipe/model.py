@@ -5,13 +5,13 @@ A recipe file has a `[quant]` table (the base grid), an ordered list of `[[quant
 defaults, which are the `Recipe` model's fields and stated nowhere else:
 
     [quant]
-    name = "w4-balanced"  # default: the file's stem
+    name = "mine"         # default: the file's stem
     description = "..."
-    bits = 4              # 4 or 8 (what gptq_marlin serves)
-    group_size = 128      # -1, 32, 64 or 128
+    bits = 8              # 4 or 8 (what gptq_marlin serves)
+    group_size = 64       # -1, 32, 64 or 128
     sym = true            # Marlin needs symmetric
-    desc_act = false
-    damp = 0.05
+    desc_act = true       # (slower under Marlin: the lint says so)
+    damp = 0.01           # in (0, 1)
 
     [[quant.rules]]
     layers = "sparse"               # "all" | "sparse" | "lightning" | [0, 9, ...]
