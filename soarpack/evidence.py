@@ -7,7 +7,7 @@ A recipe or profile TOML carries a list of `[[evidence]]` tables; the typed reci
     kind = "platform"        # "platform": a peer's run on the SOAR platform; "soarpack": measured by soarpack
                              # (benchmarks/RESULTS.md); "none": nothing measured (say so rather than leave it out)
     source = "docs/evidence.md#w4-full"   # where the figure is written down, in this repo
-    summary = "full W4A16 g128 scored ~78.3 on the platform (below the 79.2 full-credit line)"
+    summary = "full W4A16 g128 scored ~78.3 on the platform (below the full-credit line)"
     acc_ori = 78.3           # optional; a range is acc_ori_low .. acc_ori
     stack = "unknown"        # what the source states, or "unknown"; never a reconstruction
     relation = "this"        # optional: "this" (measured on this recipe/profile) or "related" (a nearby one:

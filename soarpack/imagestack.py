@@ -1,14 +1,14 @@
 """A stand-in for the platform image's Python stack, built once into soarpack's cache.
 
-The image runs CPython 3.10 with the OpenBMB fork installed as `python[all]`, so its venv holds the fork's own pins
-(`python/pyproject.toml` at 377b0b5eb and d29fb130c): torch 2.9.1, torchao 0.9.0, transformers 4.57.1. PyPI's
-torch 2.9.1 is a CUDA build that imports and runs on a CPU; with its NVIDIA libraries it is a ~4 GB download,
+The image runs its CPython with the OpenBMB fork installed as `python[all]`, so its venv holds the fork's own pins
+(soarpack.facts.image: the Python, the pins and the fork's import packages, from which this builder reads them).
+PyPI's torch of that pin is a CUDA build that imports and runs on a CPU; with its NVIDIA libraries it is a ~4 GB download,
 which is why the venv is cached and reused. The venv is made without --system-site-packages, so nothing of this
 machine's environment leaks into it. The fork's pure-Python import needs (what `soarpack serve-check` needs to
 import the fork's model code on a CPU) are installed too: the image has them, as dependencies of `python[all]`.
 
 A bundle that passes on this stack has been installed, imported and run the way the platform does it; one that
-passed only on the development stack (Python 3.11, torch 2.13) has not.
+passed only on the development stack (this machine's Python and torch) has not.
 """
 
 from __future__ import annotations
@@ -29,17 +29,11 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
 from soarpack.errors import SoarpackError
+from soarpack.facts import image
 from soarpack.steps import EventCallback, lines_to, no_events
 
-# The fork's own pins (python/pyproject.toml), which the image installs.
-IMAGE_PINS = ("torch==2.9.1", "torchao==0.9.0", "transformers==4.57.1")
-# What the fork's model code imports besides torch (see the fork-check module); in the image through python[all].
-FORK_IMPORT_PACKAGES = (
-    "pybase64", "ipython", "aiohttp", "orjson", "pyzmq", "fastapi", "openai==2.6.1", "partial_json_parser",
-    "sentencepiece", "compressed-tensors", "gguf", "einops", "msgspec", "xgrammar==0.1.27", "uvicorn", "uvloop",
-    "psutil", "requests", "setproctitle", "interegular", "prometheus-client", "python-multipart", "pillow", "scipy",
-    "nvidia-ml-py", "packaging", "safetensors", "dill",
-)
+IMAGE_PINS = image.PIN_SPECS
+FORK_IMPORT_PACKAGES = image.FORK_IMPORT_PACKAGES
 PIP_ATTEMPTS = 3
 # Printed by every interpreter that runs a rehearsal step, so a report names the stack that really ran.
 VERSION_PROBE = (
@@ -116,7 +110,7 @@ def _spec(packages: Sequence[str]) -> str:
 
 
 def stack_dir(packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES) -> Path:
-    return cache_root() / "image-stack" / f"cp310-torch2.9.1-{_spec(packages)}"
+    return cache_root() / "image-stack" / f"{image.PYTHON_TAG}-torch{image.TORCH}-{_spec(packages)}"
 
 
 def clean_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -214,8 +208,7 @@ def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PAC
         t0 = time.monotonic()
         _pip_install(python, list(packages), log)
         versions = probe_versions(python)
-        want_torch = next(p.split("==")[1] for p in IMAGE_PINS if p.startswith("torch=="))
-        if not versions.get("torch", "").startswith(want_torch) or not versions.get("python", "").startswith("3.10."):
+        if not versions.get("torch", "").startswith(image.TORCH) or not versions.get("python", "").startswith(image.PYTHON + "."):
             raise ImageStackError(f"the image stand-in at {root} runs {describe_versions(versions)}, not the image's")
         marker.write_text(json.dumps({"packages": list(packages), "versions": versions,
                                       "seconds": round(time.monotonic() - t0, 1)}, indent=2), encoding="utf-8")

@@ -18,7 +18,7 @@ from soarpack.bundle.tarpack import safe_extract
 from soarpack.bundle.wheels import make_pure_wheel
 from soarpack.cli import app
 from soarpack.errors import ConfigError, InputDataError
-from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
 QUIET = dict(calib_rows=8)
 
@@ -76,7 +76,7 @@ def test_bundle_env_gives_the_profile_args_back_through_the_shell(tmp_path):
 
 
 def test_user_recipe_file_and_calibration_are_shipped(tmp_path):
-    from soarpack.recipe_files import RECIPES_DIR
+    from soarpack.recipe.files import RECIPES_DIR
 
     recipe = tmp_path / "mine.toml"
     recipe.write_text((RECIPES_DIR / "w4-full.toml").read_text())

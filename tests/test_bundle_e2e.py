@@ -201,7 +201,7 @@ def test_real_wheel_bundle_checks_its_tags(work):
 
 @pytest.fixture(scope="module")
 def fp8_bundle(work):
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     if not load_profile("fp8").patches:
         pytest.skip("the fp8 profile needs no patches any more")

@@ -13,7 +13,7 @@ from soarpack.bundle.summary import inspect_bundle
 from soarpack.bundle.tarpack import UnsafeArchiveError
 from soarpack.bundle.wheels import make_pure_wheel
 from soarpack.cli import app
-from soarpack.serve.profiles import load_profile
+from soarpack.recipe.profile import load_profile
 
 
 def test_inspect_summarises_a_built_bundle(tmp_path):

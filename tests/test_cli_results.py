@@ -96,6 +96,7 @@ def test_results_record_what_they_measured(tmp_path):
     assert saved["measured"]["bundle"]["sha256"] == __import__("hashlib").sha256(bundle.path.read_bytes()).hexdigest()
     assert saved["measured"]["bundle"]["profile"] == bundle.manifest["profile"]["name"]
     assert saved["measured"]["bundle"]["recipe"] == bundle.manifest["quantize"]["recipe_name"]
+    assert saved["measured"]["bundle"]["id"] == bundle.id and bundle.path.name.endswith(".tar.gz")
     assert set(saved["versions"]) == {"soarpack", "python", "httpx"}
 
 

@@ -19,7 +19,8 @@ from soarpack.quant.calib import load_calibration
 from soarpack.quant.dequantize import load_dequantized
 from soarpack.quant.gptq_format import pack_cols, rtn_on_grid
 from soarpack.quant.options import quantize_options
-from soarpack.quant.run import kl_stats, next_token_logprobs, quantize
+from soarpack.quant.quality import kl_stats, next_token_logprobs
+from soarpack.quant.run import quantize
 from soarpack.quant.verify import verify_checkpoint
 from soarpack.sala.checkpoint import load_model, read_state_dict
 from soarpack.sala.tiny import make_tiny_model

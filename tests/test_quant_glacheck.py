@@ -77,22 +77,22 @@ def test_raising_fla_sends_the_run_to_torch(stand_in_fla, model):
 
 
 def test_nothing_compared_keeps_the_backend_in_force():
-    assert judge(None).backend == "auto" and judge(FlaComparison()).problem == ""
-    with use_backend("torch"):
-        assert judge(None).backend == "torch"
+    assert judge(None).backend == "torch" and judge(FlaComparison()).problem == ""
+    with use_backend("fla"):
+        assert judge(None).backend == "fla"
 
 
 def test_cpu_runs_compare_nothing_and_compile_nothing(stand_in_fla, model):
     stand_in_fla(_agreeing)
     assert not should_compare("cpu")
-    warmups = start_warmups("cpu", model.config, "auto")
+    warmups = start_warmups("cpu", model.config, "torch")
     assert warmups.threads == {} and warmups.wait_all() == []
 
 
 def test_the_default_gla_needs_no_fla_check(stand_in_fla):
     """fla importable on a GPU is not enough: only a run that asked for fla compares (and compiles) it."""
     stand_in_fla(_agreeing)
-    with use_backend("auto"):
+    with use_backend("torch"):
         assert not should_compare("cuda")
     with use_backend("fla"):
         assert should_compare("cuda") and not should_compare("cpu")

@@ -43,4 +43,9 @@ def test_platform_run_holds_out_rows_that_never_calibrate(tmp_path, tiny_model_d
     report = json.loads((out / "soarpack_quant_report.json").read_text())
     assert (report["rows"], report["held_out_rows"]) == (CALIBRATION_DEFAULTS.rows, HELD_OUT_ROWS)
     assert report["calibration"]["max_len"] == CALIBRATION_DEFAULTS.max_len
-    assert report["calibration"]["set_by"]["rows"] == "recipe"  # the bundle ran the recipe it ships
+    # the bundle ran the recipe it ships: its [calibration] rows when it sets them, else the default
+    from soarpack.recipe.model import load_recipe
+
+    shipped = load_recipe(quant["recipe"]).calibration
+    assert report["recipe"] == quant["recipe_name"]
+    assert report["calibration"]["set_by"]["rows"] == ("recipe" if shipped and shipped.rows else "default")

@@ -8,14 +8,8 @@ import re
 import pytest
 
 from soarpack.errors import ConfigError
-from soarpack.quant.recipe import (
-    FUSED_GROUPS,
-    ModuleQuant,
-    list_recipes,
-    load_recipe,
-    match_dynamic,
-    recipe_from_dict,
-)
+from soarpack.recipe.model import list_recipes, load_recipe, recipe_from_dict
+from soarpack.recipe.plan import FUSED_GROUPS, ModuleQuant, match_dynamic
 from soarpack.sala.config import SalaConfig
 
 SPARSE_IDS = [0, 9, 16, 17, 22, 29, 30, 31]
@@ -44,7 +38,7 @@ def fused_name(name: str) -> str:
 def test_builtin_recipes_are_listed_and_serving_profiles_are_not(tmp_path, monkeypatch):
     names = list_recipes()
     assert {"w4-full", "w4-mlp", "w4-balanced"} <= set(names)
-    import soarpack.recipe_files as recipe_files
+    import soarpack.recipe.files as recipe_files
 
     (tmp_path / "w4-x.toml").write_text('[quant]\nbits = 4\n')
     (tmp_path / "fp8.toml").write_text('recipe = "w4-mlp"\n[serve]\nargs = []\n')
@@ -68,7 +62,7 @@ def test_w4_mlp_keeps_all_attention_16bit():
     plan = load_recipe("w4-mlp").plan(cfg)
     for name, mq in plan.items():
         if ".mlp." in name:
-            assert mq == ModuleQuant(4, 128), name
+            assert mq == ModuleQuant(4, 128, True, False), name
         else:
             assert mq is None, name
     # o_gate exists only in sparse layers, z_proj only in lightning ones: both are covered.

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from soarpack.quant.run import next_token_logprobs, next_token_loss
+from soarpack.quant.quality import next_token_logprobs, next_token_loss
 from soarpack.sala.checkpoint import load_model
 
 

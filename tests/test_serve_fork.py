@@ -13,7 +13,7 @@ import pytest
 
 from soarpack.serve import patches as P
 from soarpack.serve.lint import lint_args
-from soarpack.serve.profiles import list_profiles, load_profile
+from soarpack.recipe.profile import list_profiles, load_profile
 from soarpack.serve.serverargs import builtin_flags, parse_server_args
 
 ENV_SRC = os.environ.get("SOARPACK_SGLANG_SRC")

@@ -112,6 +112,28 @@ def test_each_recipe_loads_through_the_fork(quantized, patched_trees, image_pyth
 
 @pytest.mark.slow
 @pytest.mark.gptq
+def test_serve_check_needs_no_recipe_for_a_checkpoint_quantized_from_a_recipe_file(patched_trees, image_python,
+                                                                                  tmp_path):
+    """The checkpoint carries its recipe (TOML text and sha256): the user's file may be long gone."""
+    from soarpack.quant.options import quantize_options
+    from soarpack.quant.run import quantize
+    from soarpack.sala.tiny import make_tiny_model
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[quant]\nname = "mine"\n\n[[quant.rules]]\nlayers = "lightning"\nmodules = ["attn"]\n'
+                    'quantize = false\n')
+    ckpt = tmp_path / "q"
+    quantize(make_tiny_model(tmp_path / "tiny", num_layers=4), ckpt, quantize_options(recipe=str(mine), **FAST))
+    mine.unlink()
+    result = F.run_fork_check(ckpt, patched_trees["d29fb130c"], python=image_python)
+    assert result.ok, result.problems
+    assert "recipe mine:" in result.summary
+    res = CliRunner().invoke(app, ["serve-check", str(ckpt), "--sglang-src", str(patched_trees["d29fb130c"])])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.slow
+@pytest.mark.gptq
 def test_a_model_with_both_output_gates_off_loads_through_the_fork(patched_trees, image_python, tmp_path):
     """The module catalogue follows the config end to end: no o_gate/z_proj written, none expected by the fork."""
     from soarpack.quant.options import quantize_options
@@ -157,7 +179,11 @@ def test_an_extra_tensor_is_named(quantized, patched_trees, image_python, tmp_pa
 def test_a_recipe_that_disagrees_with_dynamic_is_caught(quantized, patched_trees, image_python, tmp_path):
     ckpt = _copy(quantized["w4-mlp"], tmp_path / "ckpt")
     raw = json.loads((ckpt / "config.json").read_text())
-    raw["quantization_config"]["meta"]["recipe"] = "w4-full"  # dynamic still keeps attention 16-bit
+    from soarpack.recipe.model import load_recipe
+
+    claimed = load_recipe("w4-full")  # the checkpoint carries w4-full's TOML; its dynamic still keeps attention 16-bit
+    raw["quantization_config"]["meta"].update(recipe=claimed.name, recipe_toml=claimed.toml_text(),
+                                              recipe_sha256=claimed.sha256())
     (ckpt / "config.json").write_text(json.dumps(raw, indent=2))
     result = F.run_fork_check(ckpt, patched_trees["377b0b5eb"], python=image_python)
     assert not result.ok
@@ -277,7 +303,7 @@ def test_cli_exits_1_on_a_failed_check_and_prints_the_causes(tiny_quantized_conf
 
 
 def test_the_fork_check_extra_is_the_image_stacks_import_list():
-    from soarpack.recipe_files import read_toml
+    from soarpack.recipe.files import read_toml
     from soarpack.imagestack import FORK_IMPORT_PACKAGES
 
     extras = read_toml(Path(__file__).resolve().parent.parent / "pyproject.toml")["project"]["optional-dependencies"]

@@ -12,7 +12,7 @@ from soarpack.cli import app
 from soarpack.errors import ConfigError
 from soarpack.serve.lint import errors, lint_args, lint_profile
 from soarpack.serve.patches import list_patches
-from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
+from soarpack.recipe.profile import DEFAULT_PROFILE, list_profiles, load_profile
 
 
 def _flag(args, name):

@@ -78,7 +78,7 @@ def read_only(monkeypatch):
 
 
 @pytest.mark.parametrize("content, shown", [
-    ("[quant]\nbits = 4\ngroup_size = 128\nsym = true\ndesc_act = false\ncolour = 1\n", "unknown key(s) in [quant]: colour"),
+    ("[quant]\nbits = 4\ngroup_size = 128\nsym = true\ndesc_act = false\ncolour = 1\n", "unknown key [quant].colour"),
     ("", "has no [quant] table"),
 ], ids=["unknown-key", "empty-file"])
 def test_row_024_error_text_keeps_its_brackets(tmp_path, content, shown):

@@ -32,7 +32,7 @@ from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.cli import app
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.serve.lint import lint_args
-from soarpack.serve.profiles import list_profiles, load_profile
+from soarpack.recipe.profile import list_profiles, load_profile
 
 QUIET = dict(calib_rows=8)
 HF_TOKEN = "hf_" + "Ab3" * 12

@@ -17,8 +17,8 @@ from soarpack.bundle.summary import inspect_bundle
 from soarpack.cli import app
 from soarpack.errors import ConfigError
 from soarpack.evidence import load_evidence
-from soarpack.quant.recipe import list_recipes, load_recipe
-from soarpack.serve.profiles import list_profiles, load_profile
+from soarpack.recipe.model import list_recipes, load_recipe
+from soarpack.recipe.profile import list_profiles, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 QUIET = dict(wheels=False)

@@ -17,7 +17,7 @@ import torch  # noqa: E402  (conftest.NEEDS_TORCH lists this file)
 from soarpack.quant.gptq_format import dequantize, pack_cols, pack_rows  # noqa: E402
 from soarpack.serve import patches as P  # noqa: E402
 from soarpack.serve.lint import lint_args  # noqa: E402
-from soarpack.serve.profiles import load_profile  # noqa: E402
+from soarpack.recipe.profile import load_profile  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from w4_dispatch_block import MARLIN_UTILS, block_text, load_block  # noqa: E402

@@ -11,8 +11,9 @@ from soarpack.bench.evaluate import EVAL_KIND
 from soarpack.bench.scoring import c_factor
 from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
+from soarpack.facts import scoring as platform_scoring
 
-TIER_WEIGHTS: Dict[str, float] = {"s1": 0.4, "s8": 0.3, "smax": 0.3}
+TIER_WEIGHTS: Dict[str, float] = platform_scoring.TIER_WEIGHTS
 
 
 def read_result(path: Path, kind: str, what: str) -> dict:

@@ -30,12 +30,13 @@ from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
+from soarpack.facts import limits
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
 from soarpack.steps import Event, EventCallback, lines_to, no_events
 
 EVAL_KIND = "soarpack.eval"
-PLATFORM_MAX_TOKENS = 65536
-PLATFORM_TIMEOUT_S = 3000.0
+PLATFORM_MAX_TOKENS = limits.EVAL_MAX_TOKENS
+PLATFORM_TIMEOUT_S = limits.EVAL_TIMEOUT_S
 # Once a reply has started, its body comes at once (eval requests are not streamed): a minute of silence is a fault.
 DEFAULT_STALL_S = 60.0
 

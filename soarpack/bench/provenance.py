@@ -18,5 +18,5 @@ def tool_versions() -> Dict[str, str]:
 def measured(label: Optional[str], bundle: Optional[Dict[str, Any]], served: Optional[dict]) -> Dict[str, Any]:
     """The `measured` block of an eval or bench result: the user's label, the bundle's identity (the caller reads it
     from the bundle's MANIFEST: bench sits below bundle) and the server's model id and path."""
-    keys = ("path", "sha256", "profile", "recipe", "soarpack_version")
+    keys = ("id", "path", "sha256", "profile", "recipe", "soarpack_version")
     return {"label": label, "bundle": {k: bundle.get(k) for k in keys} if bundle else None, "served_model": served}

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from soarpack.facts import scoring as platform_scoring
+
 MCQ_TASKS = frozenset({"mcq"})
 ANY_HIT_TASKS = frozenset({"niah", "qa", "lcx"})
 FRACTION_TASKS = frozenset({"cwe", "fwe"})
@@ -22,8 +24,8 @@ _MCQ_PATTERNS = (
     re.compile(r"\\boxed\{([A-D])\}"),
 )
 
-# The gate: the platform divides ori_accuracy by this baseline (80 points) and caps at 100.
-BASELINE_ACCURACY = 80.0
+# The gate: the platform divides ori_accuracy by this baseline and caps at 100 (soarpack.facts.scoring).
+BASELINE_ACCURACY = platform_scoring.BASELINE_ACCURACY
 
 
 def final_answer(prediction: str) -> str:
@@ -68,19 +70,16 @@ def ori_accuracy(scores: list) -> float:
 
 
 def overall_accuracy(ori: float) -> float:
-    """The accuracy relative to the 80-point baseline, capped at 100: min(round(ori / 80 · 100, 2), 100)."""
-    return min(round(ori / BASELINE_ACCURACY * 100.0, 2), 100.0)
+    """The accuracy relative to the baseline, capped: min(round(ori / BASELINE_ACCURACY · 100, 2), 100)."""
+    return min(round(ori / BASELINE_ACCURACY * 100.0, 2), platform_scoring.OVERALL_CAP)
 
 
 def c_factor(overall: float) -> float:
-    """The competition's accuracy multiplier: ≤97 → 0, (97, 98] → 0.92, (98, 99] → 0.96, >99 → 1."""
-    if overall <= 97.0:
-        return 0.0
-    if overall <= 98.0:
-        return 0.92
-    if overall <= 99.0:
-        return 0.96
-    return 1.0
+    """The competition's accuracy multiplier, a step function of overall (soarpack.facts.scoring.C_STEPS)."""
+    for bound, c in platform_scoring.C_STEPS:
+        if overall <= bound:
+            return c
+    return platform_scoring.C_FULL
 
 
 # -- the full-credit line and the uncertainty of a measured ori ------------------------------------------------
@@ -89,8 +88,8 @@ Z95 = 1.959964  # two-sided 95 % of the normal distribution
 
 
 def full_credit_ori() -> float:
-    """The ori_accuracy above which C = 1: overall > 99 with overall = ori / baseline · 100 (79.2 for 80)."""
-    return round(99.0 * BASELINE_ACCURACY / 100.0, 4)
+    """The ori_accuracy above which C = 1 (soarpack.facts.scoring.FULL_CREDIT_ORI)."""
+    return platform_scoring.FULL_CREDIT_ORI
 
 
 def ori_interval(scores_by_task: Dict[str, Sequence[float]]) -> Tuple[float, float]:

@@ -4,7 +4,7 @@
     wheels.py    the platform wheel set (CPython 3.10 manylinux x86_64) from platform-lock.json, with a cache;
                  the wheel-tag check
     tarpack.py   deterministic packing, safe extraction
-    manifest.py  MANIFEST.json: sha256 + size of every file, provenance
+    manifest.py  MANIFEST.json as a typed record (one reader; the bundle id) and the bundle.env rendered from it
     secrets.py   what counts as a credential
     layout.py    names inside a bundle
 """

@@ -15,11 +15,9 @@ Nothing in it depends on the clock or the user: the same inputs give a byte-iden
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -28,12 +26,14 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import soarpack
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import MANIFEST_NAME, render_manifest
+from soarpack.bundle.manifest import MANIFEST_NAME, parse_manifest, render_bundle_env, render_manifest
 from soarpack.bundle.risks import evidence_record, manifest_risks
 from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
+from soarpack.facts import image
 from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
+from soarpack.recipe.files import is_path
 from soarpack.steps import Event, EventCallback, no_events
 
 PLATFORM = "platform"
@@ -48,14 +48,15 @@ class BundleTooLargeError(SoarpackError):
 class BuildResult:
     path: Path
     size: int
-    manifest: Dict[str, Any]
+    manifest: Dict[str, Any]  # MANIFEST.json as written
+    id: str  # the bundle's identity (soarpack.bundle.manifest.Manifest.id)
     warnings: List[str] = field(default_factory=list)
     risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk: what the verdicts will say
     placed: str = "created"  # or "replaced", or "up-to-date": these very bytes were already there (fsutil.place)
 
     def to_dict(self) -> Dict[str, Any]:
         m = {k: v for k, v in self.manifest.items() if k != "files"}
-        return {"path": str(self.path), "size": self.size, "warnings": self.warnings,
+        return {"path": str(self.path), "id": self.id, "size": self.size, "warnings": self.warnings,
                 "risks": [r.to_dict() for r in self.risks], "manifest": m, "placed": self.placed}
 
 
@@ -63,8 +64,8 @@ DEFAULT_NAME_GLOB = "soarpack-*.tar.gz"
 
 
 def content_hash(manifest: Dict[str, Any]) -> str:
-    """sha256 of the MANIFEST's canonical JSON: it lists every file's sha256, so one hash is one content."""
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    """The bundle identity of a MANIFEST (Manifest.id): one hash is one content."""
+    return parse_manifest(manifest, "MANIFEST.json").id
 
 
 def default_output(profile_name: str, recipe_name: str, digest: str) -> Path:
@@ -102,14 +103,14 @@ def _copy_sources(stage: Path) -> None:
 
 def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
     """Validate the recipe; return (what the manifest names, the Recipe)."""
-    from soarpack.quant.recipe import load_recipe
+    from soarpack.recipe.model import load_recipe, locate_recipe
 
-    rec = load_recipe(recipe)
-    path = Path(str(recipe))
-    if path.suffix == ".toml" or path.is_file():
-        shutil.copyfile(path, stage / layout.RECIPE_FILE)
+    where = locate_recipe(recipe)
+    rec = load_recipe(where.path if where.builtin is None else where.builtin)
+    if where.builtin is None:
+        shutil.copyfile(where.path, stage / layout.RECIPE_FILE)
         return layout.RECIPE_FILE, rec
-    return str(recipe), rec
+    return where.builtin, rec
 
 
 def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any) -> tuple:
@@ -205,23 +206,9 @@ def _check_sglang_src(sglang_src: Union[str, Path]) -> None:
 
 def _input_paths(profile: Optional[str], recipe, sglang_src, calib: Sequence[Path], wheel_dir) -> List[Path]:
     """Every file or folder the build reads that a user named: the output may be none of them, nor inside one."""
-    files = [Path(str(p)) for p in (profile, recipe) if p is not None and Path(str(p)).is_file()]  # else a name
+    files = [Path(str(p)) for p in (profile, recipe) if p is not None and is_path(p) and Path(str(p)).is_file()]
     folders = [Path(str(p)) for p in (None if str(sglang_src) == PLATFORM else sglang_src, wheel_dir) if p is not None]
     return files + folders + list(calib)
-
-
-def _bundle_env(profile, fallback_args: str, sglang_mode: str, patches: Sequence[str]) -> str:
-    values = {
-        "SOARPACK_BUNDLE_VERSION": soarpack.__version__,
-        "SOARPACK_BUNDLE_PROFILE": profile.name,
-        "SOARPACK_BUNDLE_SERVER_ARGS": profile.args_string(),
-        "SOARPACK_BUNDLE_FALLBACK_ARGS": fallback_args,
-        "SOARPACK_BUNDLE_SGLANG": sglang_mode,
-        "SOARPACK_BUNDLE_PATCHES": " ".join(patches),
-    }
-    lines = ["# Written by soarpack build; sourced by prepare_env.sh."]
-    lines += [f"{k}={shlex.quote(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
 
 
 def lint_profile_for_bundle(profile, recipe, patched: Sequence[str]) -> List[str]:
@@ -265,7 +252,7 @@ def build_bundle(
     output with other bytes is replaced only with `force`; the same bytes are up to date (`placed`). Both are
     decided when the bundle is placed, so two builds to one name cannot both replace it."""
     from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
-    from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+    from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
     prof = load_profile(profile or DEFAULT_PROFILE)
     recipe_ref = recipe if recipe is not None else prof.recipe
@@ -277,7 +264,7 @@ def build_bundle(
     for c in calib:
         if not c.is_file():
             raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
-    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and Path(str(recipe)).is_file() else []))
+    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and is_path(recipe) else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
     inputs = _input_paths(profile, recipe, sglang_src, calib, wheel_dir)
@@ -289,18 +276,17 @@ def build_bundle(
     with tempfile.TemporaryDirectory(prefix="soarpack-build-") as tmp:
         stage = Path(tmp) / "bundle"
         stage.mkdir()
-        recipe_name, rec = _recipe_entry(stage, recipe_ref)
+        recipe_entry, rec = _recipe_entry(stage, recipe_ref)
         warnings += lint_profile_for_bundle(prof, rec, prof.patches)
         if fallback is not None:
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
-        on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_name}, patches {', '.join(prof.patches) or 'none'}"))
+        on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
         calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec)
         on_event(Event("info", "build", calibration_line(calib_origin)))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
-        atomic_write_text(stage / layout.BUNDLE_ENV, _bundle_env(prof, fallback_args, sglang["mode"], prof.patches))
         if wheels:
             wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
                                          wheel_dir=Path(wheel_dir) if wheel_dir else None, on_event=on_event)
@@ -308,27 +294,29 @@ def build_bundle(
             problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
             if problems:
                 raise WheelError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                                 "the platform image (CPython 3.10, torch 2.9.1) cannot run this wheel set; "
+                                 f"the platform image ({image.describe_short()}) cannot run this wheel set; "
                                  "pin a release that supports it")
         else:
             wheel_names, wheel_source = [], "none"
             warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
                             "so prepare_model.sh will fail there; use this bundle for rehearsal only")
-        scan_tree(stage)
         meta = {
             "soarpack_version": soarpack.__version__,
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
-            "quantize": {"recipe": recipe_name, "recipe_name": rec.name, "calib": calib_names,
+            "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
                          "held_out": held_out_names, "extra_args": [], "calibration": calib_origin},
             "evidence": evidence_record(rec, prof),
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
         }
+        # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
+        atomic_write_text(stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
+        scan_tree(stage)
         manifest = render_manifest(stage, meta)
-        atomic_write_json(stage / MANIFEST_NAME, manifest)
+        atomic_write_json(stage / MANIFEST_NAME, manifest.as_json())
         if out is None:
-            out_path = default_output(prof.name, rec.name, content_hash(manifest))
+            out_path = default_output(prof.name, rec.name, manifest.id)
             ensure_writable_output(out_path, what="-o", inputs=inputs)
         # Packed beside the target and placed only once it is complete and within the limit.
         with placing(out_path, force=force, inputs=inputs, what="-o",
@@ -342,10 +330,10 @@ def build_bundle(
             warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
     for w in warnings:
         on_event(Event("problem", "build", w))
-    risks = manifest_risks(manifest)
+    risks = manifest_risks(manifest.as_json())
     for risk in risks:
         on_event(Event("info", "build", risk.line()))
-    return BuildResult(out_path, size, manifest, warnings, risks, packing.placed.outcome)
+    return BuildResult(out_path, size, manifest.as_json(), manifest.id, warnings, risks, packing.placed.outcome)
 
 
 def calibration_line(origin: Dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import soarpack
+from soarpack.facts import limits
 
 PREPARE_ENV = "prepare_env.sh"
 PREPARE_MODEL = "prepare_model.sh"
@@ -19,8 +20,8 @@ SGLANG_TREE = "sglang"  # only with --sglang-src DIR: the patched fork's python/
 REQUIRED = (*SCRIPTS, BUNDLE_ENV, "MANIFEST.json", f"{SRC_DIR}/soarpack/__init__.py")
 
 # The platform's limit on the upload, and where we start warning.
-MAX_BYTES = 2_000_000_000  # "2 GB"; read as 10^9 bytes, the stricter reading
-WARN_BYTES = int(MAX_BYTES * 0.9)
+MAX_BYTES = limits.UPLOAD_MAX_BYTES
+WARN_BYTES = int(MAX_BYTES * limits.UPLOAD_WARN_FRACTION)
 
 PACKAGE_DIR = Path(soarpack.__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent  # a checkout: holds the entry scripts, pyproject.toml and sglang/

@@ -110,8 +110,8 @@ def evidence_record(recipe: Any, profile: Any) -> Dict[str, Any]:
 
 def _builtin_evidence(what: str, name: str) -> List[Evidence]:
     """This soarpack's evidence for a built-in recipe or profile by name; none for any other name."""
-    from soarpack.quant.recipe import list_recipes, load_recipe
-    from soarpack.serve.profiles import list_profiles, load_profile
+    from soarpack.recipe.model import list_recipes, load_recipe
+    from soarpack.recipe.profile import list_profiles, load_profile
 
     if what == "recipe":
         return list(load_recipe(name).evidence) if name in list_recipes() else []

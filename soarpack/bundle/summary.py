@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict
 
-from soarpack.bundle.manifest import MANIFEST_NAME
+from soarpack.bundle.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from soarpack.bundle.risks import manifest_risks
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem
 from soarpack.errors import SoarpackError
@@ -39,15 +39,14 @@ def _read_manifest_and_calib(path: Path) -> tuple:
             for member in tar:
                 if member.name == MANIFEST_NAME:
                     try:
-                        manifest = json.loads(_read_member(tar, member).decode("utf-8"))
+                        data = json.loads(_read_member(tar, member).decode("utf-8"))
                     except (ValueError, UnicodeDecodeError) as exc:
                         raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})",
                                             "rebuild the bundle with `soarpack build`") from None
-                    if not isinstance(manifest, dict):
-                        raise SoarpackError(f"{path}: MANIFEST.json is not an object", "rebuild the bundle with `soarpack build`")
-                elif manifest is not None and member.name in manifest.get("quantize", {}).get("calib", []):
+                    manifest = parse_manifest(data, str(path))
+                elif manifest is not None and member.name in manifest.quantize.calib:
                     calib[member.name] = _read_member(tar, member)
-                if manifest is not None and set(manifest.get("quantize", {}).get("calib", [])) <= set(calib):
+                if manifest is not None and set(manifest.quantize.calib) <= set(calib):
                     break
     except FileNotFoundError:
         raise SoarpackError(f"{path} does not exist", "pass the .tar.gz that `soarpack build` wrote") from None
@@ -59,32 +58,30 @@ def _read_manifest_and_calib(path: Path) -> tuple:
 
 
 def inspect_bundle(path: str | Path) -> Dict[str, Any]:
-    """Profile, recipe, calibration (rows and sources), server args, wheels, sha256, versions, the evidence the build
-    recorded and the risks it implies (soarpack.bundle.risks)."""
+    """Identity, profile, recipe, calibration (rows and sources), server args, wheels, sha256, versions, the evidence
+    the build recorded and the risks it implies (soarpack.bundle.risks)."""
     path = Path(path)
     manifest, calib = _read_manifest_and_calib(path)
-    profile = manifest.get("profile") or {}
-    quantize = manifest.get("quantize") or {}
-    wheels = manifest.get("wheels") or {}
+    m: Manifest = manifest
     sources = [{"file": name, "rows": sum(1 for line in calib.get(name, b"").decode("utf-8", "replace").splitlines()
                                           if line.strip())}
-               for name in quantize.get("calib", [])]
+               for name in m.quantize.calib]
     return {
+        "id": m.id,
         "path": str(path),
         "sha256": sha256_file(path),
         "size": path.stat().st_size,
-        "soarpack_version": manifest.get("soarpack_version"),
-        "profile": profile.get("name"),
-        "server_args": profile.get("args_string"),
-        "patches": profile.get("patches", []),
-        "fallback": profile.get("fallback"),
-        "recipe": quantize.get("recipe_name") or quantize.get("recipe"),
-        "quantize": {k: v for k, v in quantize.items() if k != "calib"},
+        "soarpack_version": m.soarpack_version,
+        "profile": m.profile.name,
+        "server_args": m.profile.args_string,
+        "patches": list(m.profile.patches),
+        "fallback": m.profile.fallback,
+        "recipe": m.quantize.recipe_name,
+        "quantize": {k: v for k, v in m.quantize.model_dump().items() if k != "calib"},
         "calibration": {"rows": sum(s["rows"] for s in sources), "sources": sources},
-        "sglang": {k: (manifest.get("sglang") or {}).get(k) for k in ("mode", "fork_commit", "applied_on")},
-        "wheels": {"count": len(wheels.get("files", [])), "source": wheels.get("source")},
-        "files": len(manifest.get("files", {})),
-        "content_sha256": manifest.get("content_sha256"),
-        "evidence": manifest.get("evidence") or {"recipe": [], "profile": []},
-        "risks": [r.to_dict() for r in manifest_risks(manifest)],
+        "sglang": {k: getattr(m.sglang, k) for k in ("mode", "fork_commit", "applied_on")},
+        "wheels": {"count": len(m.wheels.files), "source": m.wheels.source},
+        "files": len(m.files),
+        "evidence": m.evidence or {"recipe": [], "profile": []},
+        "risks": [r.to_dict() for r in manifest_risks(m.as_json())],
     }

@@ -26,9 +26,9 @@ FIXED_MTIME = 1577836800
 
 # Caps on what a bundle may unpack to, checked from the headers before anything is written. A real bundle is about
 # 135 MB packed in 139 files (wheels, already compressed, are most of it); one shipping an SGLang tree adds about
-# 1,600 files and 17 MB. The platform caps the upload at 2 GB; the unpacked tree is ours to cap:
+# 1,600 files and 17 MB. The platform caps the upload (soarpack.facts.limits); the unpacked tree is ours to cap:
 MAX_ENTRIES = 20_000  # >10x the largest real bundle's file count
-MAX_UNPACKED_BYTES = 8 * 2**30  # a full 2 GB upload at 4x: source and JSONL compress about 5x, wheels about 1x
+MAX_UNPACKED_BYTES = 8 * 2**30  # a full upload at 4x: source and JSONL compress about 5x, wheels about 1x
 MAX_RATIO = 20  # unpacked bytes per tarball byte: 4x the most compressible real content (source text, ~5x) ...
 MIN_UNPACKED_ALLOWANCE = 512 * 2**20  # ... but a small bundle may always unpack to this much
 _MAX_LINK_HOPS = 40  # as the Linux kernel's limit on symlinks followed in one lookup

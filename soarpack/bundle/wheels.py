@@ -1,7 +1,8 @@
 """The quantization stack as wheels for the platform: CPython 3.10, manylinux x86_64, torch from the image.
 
-`platform-lock.json` (beside this file) pins the closure of gptqmodel 7.6.0 (+ transformers 5.20.2, the newest
-for Python 3.10, and soarpack's own runtime deps) minus torch and what only torch needs: the image has those.
+`platform-lock.json` (beside this file) pins the closure of the engine's pin (+ the newest transformers for the
+image's Python, and soarpack's own runtime deps; soarpack.facts.engine) minus torch and what only torch needs: the
+image has those.
 `resolve_lock()` regenerates it with pip's resolver, a metadata-only stub standing in for the image's torch.
 `collect_wheels()` fills a bundle's wheels/ from a local cache, downloading with pip (`--only-binary`, the
 platform's tags) and building the sdist-only packages (gptqmodel, pypcre, ...) with a local Python 3.10.
@@ -24,26 +25,28 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from soarpack.errors import SoarpackError
+from soarpack.facts import engine as engine_facts, image
 from soarpack.fsutil import atomic_write_json, sha256_file
 from soarpack.imagestack import cache_root, find_python310  # noqa: F401 - find_python310 is used here and by callers
 from soarpack.steps import EventCallback, lines_to, no_events
 
 LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
-TARGET_PYTHON = "3.10"
-TARGET_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
-IMAGE_TORCH = "2.9.1"
+TARGET_PYTHON = image.PYTHON
+TARGET_PLATFORMS = image.MANYLINUX_TAGS
+IMAGE_TORCH = image.TORCH
 # The roots of the closure: the quantization engine pinned as the platform needs it, and soarpack's deps.
 LOCK_ROOTS = (
-    "gptqmodel==7.6.0", "transformers==5.20.2", "numpy==2.2.6", "safetensors", "tokenizers", "huggingface_hub",
+    engine_facts.GPTQMODEL_SPEC, f"transformers=={engine_facts.BUNDLED_TRANSFORMERS}",
+    f"numpy=={engine_facts.BUNDLED_NUMPY}", "safetensors", "tokenizers", "huggingface_hub",
     "typer", "rich", "httpx", "pydantic", "jinja2", "tomli",
 )
 # On PyPI these exist only as sdists (checked 2026-11-29); pypcre is a C extension and needs a CPython 3.10.
 SDIST_ONLY = ("gptqmodel", "device-smi", "tokenicer", "logbar", "defuser", "pypcre")
 # The image's own pins for what it provides (the fork's python/pyproject.toml): what a bundled wheel sees through
 # the overlay's .pth when the bundle does not ship the package itself.
-IMAGE_PROVIDES = {"torch": "2.9.1", "torchao": "0.9.0", "transformers": "4.57.1"}
+IMAGE_PROVIDES = dict(image.PINS)
 # The image's CPython; a wheel's Requires-Python and markers are evaluated against it.
-IMAGE_PYTHON_FULL = "3.10.12"
+IMAGE_PYTHON_FULL = image.PYTHON_FULL
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,14 @@ class Exemption:
 # Packages that a bundled wheel declares but the bundle leaves out on purpose. The lock (resolve_lock), the
 # build's compatibility check and check's `pip check` reading all honour this one table.
 NOT_BUNDLED = {
-    "torch": Exemption("the image's torch 2.9.1 (CUDA) is the one the server and quantization run on",
+    "torch": Exemption(f"the image's torch {image.TORCH} (CUDA) is the one the server and quantization run on",
                        ("gptqmodel", "accelerate"), need_may_stay_unmet=False),
     "torchao": Exemption(
-        "transformers 5.20.2 imports any installed torchao >= 0.15 at import time, and torchao 0.18.0 needs a newer "
-        "torch than the image's 2.9.1 (ImportError: cannot import name 'ScalingType'), which killed every default "
-        "bundle on the platform. GPTQModel imports it only in guarded NVFP4/rotation code that soarpack never runs. "
-        "The image's own torchao 0.9.0 stays visible behind the overlay; being below transformers' minimum, it is "
-        "not imported.",
+        f"transformers {engine_facts.BUNDLED_TRANSFORMERS} imports any installed torchao >= 0.15 at import time, and "
+        f"torchao 0.18.0 needs a newer torch than the image's {image.TORCH} (ImportError: cannot import name "
+        "'ScalingType'), which killed every default bundle on the platform. GPTQModel imports it only in guarded "
+        f"NVFP4/rotation code that soarpack never runs. The image's own torchao {image.TORCHAO} stays visible behind "
+        "the overlay; being below transformers' minimum, it is not imported.",
         ("gptqmodel",), need_may_stay_unmet=True),
 }
 
@@ -165,8 +168,9 @@ def platform_tags() -> frozenset:
     from packaging.tags import compatible_tags, cpython_tags
 
     platforms = list(TARGET_PLATFORMS) + [f"manylinux_2_{m}_x86_64" for m in range(5, 35)] + ["manylinux2010_x86_64", "manylinux1_x86_64"]
-    tags = set(cpython_tags((3, 10), abis=["cp310", "abi3", "none"], platforms=platforms))
-    tags |= set(compatible_tags((3, 10), "cp310", platforms=platforms))
+    version = tuple(int(part) for part in image.PYTHON.split("."))
+    tags = set(cpython_tags(version, abis=[image.PYTHON_TAG, "abi3", "none"], platforms=platforms))
+    tags |= set(compatible_tags(version, image.PYTHON_TAG, platforms=platforms))
     return frozenset(tags)
 
 
@@ -195,7 +199,7 @@ def default_cache_dir() -> Path:
 
 
 def _platform_args() -> List[str]:
-    args = ["--only-binary", ":all:", "--python-version", TARGET_PYTHON, "--implementation", "cp", "--abi", "cp310"]
+    args = ["--only-binary", ":all:", "--python-version", TARGET_PYTHON, "--implementation", "cp", "--abi", image.PYTHON_TAG]
     for plat in TARGET_PLATFORMS:
         args += ["--platform", plat]
     return args
@@ -212,7 +216,7 @@ def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, on_event: EventCa
         if w.filename and (cache / w.filename).is_file():
             (cache / w.filename).unlink()
     if binaries:
-        log(f"downloading {len(binaries)} wheels for cp310 manylinux x86_64 into {cache}")
+        log(f"downloading {len(binaries)} wheels for {image.PYTHON_TAG} {image.PLATFORM_WORDS} into {cache}")
         _pip(sys.executable, ["download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off", "-d",
                               str(cache), *_platform_args(), *[w.spec for w in binaries]],
              "pip download of the platform wheels", log=log)

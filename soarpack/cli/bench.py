@@ -18,11 +18,12 @@ import typer
 from soarpack.cli import command, err_console, renamed, required
 from soarpack.cli.output import NORMAL, STATE, sink
 from soarpack.errors import SoarpackError
+from soarpack.facts import limits, scoring as platform_scoring
 from soarpack.printable import printable
 
 _API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 _LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
-_BUNDLE_HELP = "The bundle the server's checkpoint came from: its sha256, profile and recipe are recorded."
+_BUNDLE_HELP = "The bundle the server's checkpoint came from: its id, sha256, profile and recipe are recorded."
 _TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py), as the platform's bench_serving "
                "does; only for a folder you trust. Off: its files are read as data.")
 
@@ -33,7 +34,10 @@ def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
         return None
     from soarpack.bundle.summary import inspect_bundle
 
-    return inspect_bundle(bundle)
+    summary = inspect_bundle(bundle)
+    err_console.print(f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})",
+                      markup=False, highlight=False)
+    return summary
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
@@ -104,7 +108,7 @@ def eval_cmd(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
     concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
     rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
-    timeout: float = typer.Option(3000.0, "--timeout", metavar="SECONDS",
+    timeout: float = typer.Option(limits.EVAL_TIMEOUT_S, "--timeout", metavar="SECONDS",
                                   help="Per-request timeout (> 0); a timeout scores 0."),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose reply has started but then sends no byte for "
@@ -116,8 +120,8 @@ def eval_cmd(
     retries: int = typer.Option(0, "--retries", metavar="N",
                                 help="Send a failed request again up to N times (the platform does not retry: "
                                      "a failed row scores 0). The report gives the accuracy with and without."),
-    max_tokens: int = typer.Option(65536, "--max-tokens", metavar="N",
-                                   help="max_tokens per request, at least 1 (the platform sends 65536)."),
+    max_tokens: int = typer.Option(limits.EVAL_MAX_TOKENS, "--max-tokens", metavar="N",
+                                   help=f"max_tokens per request, at least 1 (the platform sends {limits.EVAL_MAX_TOKENS})."),
     output: Path = typer.Option(Path("eval.json"), "-o", "--output", metavar="FILE",
                                 help="Result JSON. An existing one is resumed only if it was measured against the "
                                      "same --api-base and model, from the same data."),
@@ -181,7 +185,7 @@ def eval_cmd(
     if report["c_factor"] < 1:
         raise BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
                              f"{report['overall_accuracy']:.2f}) gives C = {report['c_factor']}; full credit needs "
-                             "ori > 79.2", "this checkpoint would lose score on the platform: try a safer recipe")
+                             f"ori > {platform_scoring.FULL_CREDIT_ORI:g}", "this checkpoint would lose score on the platform: try a safer recipe")
 
 
 @command("bench")
@@ -336,7 +340,7 @@ def score_cmd(
         typer.echo(json.dumps(result, indent=2))
     if result["c_factor"] < 1:
         raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
-                             f"{result['final_score']:.2f} is below full credit", "C = 1 needs ori accuracy > 79.2")
+                             f"{result['final_score']:.2f} is below full credit", f"C = 1 needs ori accuracy > {platform_scoring.FULL_CREDIT_ORI:g}")
 
 
 class TableStyle(str, enum.Enum):

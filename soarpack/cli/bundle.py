@@ -11,6 +11,7 @@ import typer
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
 from soarpack.cli.output import sink
 from soarpack.printable import printable
+from soarpack.facts import image, scoring as platform_scoring
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
 
@@ -82,7 +83,8 @@ def inspect_cmd(
 ) -> None:
     """What a bundle holds, from its MANIFEST.json (nothing is extracted).
 
-    Profile, recipe, calibration rows and sources, server args, wheels, sha256.
+    Identity (the id the default name carries and eval/bench record), profile, recipe, calibration rows and
+    sources, server args, wheels, sha256.
 
     Example:
 
@@ -107,6 +109,7 @@ def inspect_cmd(
          if k not in ("recipe", "recipe_name", "calibration") and v not in ([], None, {})}
     lines = [
         ("bundle", f"{summary['path']} ({summary['size'] / 1e6:.1f} MB, {summary['files']} files)"),
+        ("id", summary["id"]),
         ("sha256", summary["sha256"]),
         ("soarpack", summary["soarpack_version"]),
         ("profile", f"{summary['profile']} (fallback {summary['fallback'] or '-'}, "
@@ -150,12 +153,12 @@ def check_cmd(
                                         help="Rehearse in this folder and keep it (logs, overlay venv)."),
     dev_stack: bool = typer.Option(False, "--dev-stack",
                                    help="Rehearse on this environment's Python instead of the image's stack "
-                                        "(CPython 3.10, torch 2.9.1): faster, but no proof for the platform."),
+                                        f"({image.describe_short()}): faster, but no proof for the platform."),
     accept_risk: Optional[List[str]] = typer.Option(None, "--accept-risk", metavar="NAME",
                                                     help="Upload although this risk (a name the risk lines "
                                                          "print) blocks; repeatable. It is still printed."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 for any risk not accepted, not only a "
-                                                        "measured ori at or below 79.2."),
+                                                        f"measured ori at or below {platform_scoring.FULL_CREDIT_ORI:g}."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (the same as --format json)."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
 ) -> None:

@@ -275,8 +275,8 @@ def recipes_cmd(
       soarpack recipes
       soarpack recipes w4-mlp > mine.toml
     """
-    from soarpack.quant.recipe import list_recipes, load_recipe
-    from soarpack.recipe_files import RECIPES_DIR
+    from soarpack.recipe.model import list_recipes, load_recipe
+    from soarpack.recipe.files import RECIPES_DIR
 
     if name is not None:
         recipe = load_recipe(name)  # a name that is not a built-in stops here with the list

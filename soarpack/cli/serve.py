@@ -12,6 +12,8 @@ from rich.markup import escape
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
 from soarpack.printable import printable
 from soarpack.cli.output import sink
+from soarpack.facts import launch
+from soarpack.recipe.profile import DEFAULT_PROFILE
 
 sglang_app = sub_app("Our patch set for the OpenBMB minicpm_sala SGLang fork: check a tree, apply it.")
 app.add_typer(sglang_app, name="sglang")
@@ -123,9 +125,26 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         typer.echo(f"{p.name:28s} {p.summary}")
 
 
-@command("args")
+def _launch_example() -> str:
+    """The platform's launch line for the `args` help, wrapped (soarpack.facts.launch)."""
+    lead = " ".join(["python -m", launch.MODULE, *launch.leading_args("Q")[:3]])
+    middle = " ".join([*launch.leading_args("Q")[3:], "$SGLANG_SERVER_ARGS", *launch.TRAILING_ARGS[:2]])
+    return f"{lead} \\\n        {middle} \\\n        {' '.join(launch.TRAILING_ARGS[2:])}"
+
+
+_ARGS_HELP = f"""Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2).
+
+    Example, as the platform starts its server (start yours the same way):
+
+    \b
+      export SGLANG_SERVER_ARGS="$(soarpack args safe)"
+      {_launch_example()}
+    """
+
+
+@command("args", help=_ARGS_HELP)
 def args_cmd(
-    profile: str = typer.Argument("safe", metavar="PROFILE",
+    profile: str = typer.Argument(DEFAULT_PROFILE, metavar="PROFILE",
                                   help="Serving profile name (soarpack profiles) or a .toml path."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
     src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR",
@@ -133,19 +152,12 @@ def args_cmd(
     unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),
     old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
 ) -> None:
-    """Print SGLANG_SERVER_ARGS for a serving profile, after linting it (errors exit 2).
+    """_ARGS_HELP above (the launch line comes from soarpack.facts.launch)."""
+    from rich.markup import escape
 
-    Example, as the platform starts its server (start yours the same way):
-
-    \b
-      export SGLANG_SERVER_ARGS="$(soarpack args safe)"
-      python -m sglang.launch_server --model-path Q --trust-remote-code \\
-        --port 30000 $SGLANG_SERVER_ARGS --tp-size 1 \\
-        --max-running-requests 32 --enable-metrics
-    """
     from soarpack.serve.lint import lint_args, raise_on_errors
     from soarpack.serve.patches import resolve_src
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     src = renamed(src, old_src, "--sglang-src", "--src")
     prof = load_profile(profile)
@@ -174,7 +186,7 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     \b
       soarpack profiles
     """
-    from soarpack.serve.profiles import DEFAULT_PROFILE, list_profiles, load_profile
+    from soarpack.recipe.profile import list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
     if sink(as_json).json:
@@ -215,7 +227,7 @@ def serve_check_cmd(
       soarpack serve-check Q --sglang-src ~/sglang/python
     """
     from soarpack.serve.forkcheck import run_fork_check
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     server_args = load_profile(profile).args if profile else None
     result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,
@@ -235,12 +247,12 @@ def serve_check_cmd(
 def rehearse_server_cmd(
     ckpt: Path = typer.Argument(..., metavar="CKPT", help="The quantized checkpoint to serve (what prepare_model.sh wrote)."),
     data: Path = typer.Option(..., "--data", metavar="FILE", help="Your copy of the public set (perf_public_set.jsonl)."),
-    profile: str = typer.Option("safe", "--profile", metavar="NAME|FILE",
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", metavar="NAME|FILE",
                                 help="Serving profile whose SGLANG_SERVER_ARGS the server gets."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR",
                                        help="Folder for server.log, eval.json, bench.json, score.json "
                                             "(default: rehearsal)."),
-    port: int = typer.Option(30000, "--port", metavar="PORT", help="The server's port (the platform's is 30000)."),
+    port: int = typer.Option(launch.PORT, "--port", metavar="PORT", help=f"The server's port (the platform's is {launch.PORT})."),
     per_task: int = typer.Option(6, "--per-task", metavar="N", min=1, help="Eval rows per task (a stratified slice)."),
     bench_rows: int = typer.Option(8, "--bench-rows", metavar="N", min=1, help="Rows of the short bench (each tier)."),
     ready_timeout: float = typer.Option(600.0, "--ready-timeout", metavar="SECONDS", help="How long to wait for /health."),

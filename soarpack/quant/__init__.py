@@ -1,11 +1,10 @@
 """GPTQ W4A16 of MiniCPM-SALA that SGLang's gptq_marlin serves as is.
 
-options     the typed options of a run and their defaults (the only ones); calibration settings CLI > recipe > default
-schema      strict pydantic validation turned into one-line ConfigErrors
-recipe      named rule sets over the decoder linears (TOML) -> the `dynamic` dict GPTQModel and SGLang both read
+options     the typed options of a run and their defaults (the only ones); calibration settings: soarpack.recipe
 calib       calibration rows and disjoint held-out rows: SOAR/text/messages JSONL or text files, or built-in prompts
 run         `quantize()`: check -> calibration -> load -> sanity -> gptq -> save -> quality -> verify
-engine      the one seam to GPTQModel: the SALA definition, its QuantizeConfig, `run_gptq` (hf_shim: its transformers view)
+quality     the math of the sanity and quality phases: next-token loss, log-probabilities, KL
+engine      the one seam to GPTQModel: the SALA definition and its transformers view, its QuantizeConfig, `run_gptq`
 finalize    the checkpoint files: packed tensors, original 16-bit tensors, config.json, side files byte for byte
 gptq_format the GPTQ v1 tensor layout read back in PyTorch (unpack, dequantize, Marlin's reading, RTN on a grid)
 dequantize  a quantized checkpoint as a float SalaForCausalLM

@@ -10,7 +10,8 @@ import torch
 
 from soarpack.errors import CheckpointError
 from soarpack.quant.gptq_format import QUANT_PARTS, dequantize
-from soarpack.quant.recipe import ModuleQuant, resolve_plan
+from soarpack.recipe.checkpoint import base_grid
+from soarpack.recipe.plan import resolve_plan
 
 def load_dequantized(ckpt: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu", *,
                      marlin: bool = False) -> torch.nn.Module:
@@ -57,9 +58,7 @@ def _dequantized_items(ckpt: Path, config, prefix: Optional[str], dtype: torch.d
     from soarpack.sala.checkpoint import iter_tensors, weight_files
 
     qc = config.raw.get("quantization_config") or {}
-    base = ModuleQuant(int(qc.get("bits", 4)), int(qc.get("group_size", 128)), bool(qc.get("sym", True)),
-                       bool(qc.get("desc_act", False)))
-    plan = resolve_plan(config, qc.get("dynamic") or {}, base)
+    plan = resolve_plan(config, qc.get("dynamic") or {}, base_grid(qc))
     names = {n for n in weight_files(ckpt) if prefix is None or n.startswith(prefix)}
     pending: Dict[str, Dict[str, torch.Tensor]] = {}
     for name, tensor in iter_tensors(ckpt, names):

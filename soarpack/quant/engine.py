@@ -1,6 +1,8 @@
 """The one seam to GPTQModel: the SALA definition, its QuantizeConfig, and one call, `run_gptq`.
 
-Nothing else in soarpack imports gptqmodel (tests/test_quant_layers.py checks it). GPTQModel is pinned to
+Nothing else in soarpack imports gptqmodel (tests/test_quant_layers.py checks it), and nothing else knows how it
+works: the transformers view it needs of our SALA model (`_wrap`) and where it leaves the packed tensors
+(`GptqResult.packed`) are here too. GPTQModel is pinned to
 `SUPPORTED_VERSION`; the few private touchpoints that remain are listed in `_PRIVATE` and checked by
 `ensure_supported()` before any work, so an upgrade fails loudly here instead of silently somewhere else.
 
@@ -15,6 +17,7 @@ one Hessian per input instead of one per module (test_quant_e2e checks the packe
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -26,10 +29,11 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Seque
 import torch
 
 from soarpack.errors import SoarpackError
+from soarpack.facts import engine as engine_facts
 from soarpack.sala.config import (ATTN_INPUT_LINEARS, ATTN_OUTPUT_LINEAR, LIGHTNING_GATE, MLP_INPUT_LINEARS,
                                   MLP_OUTPUT_LINEAR, MODEL_TYPE, SPARSE_GATE)
 
-SUPPORTED_VERSION = "7.6.0"
+SUPPORTED_VERSION = engine_facts.GPTQMODEL
 EngineMode = Literal["soarpack", "gptqmodel-defaults"]
 LayerCallback = Callable[[int, int], None]  # (layer index, number of layers), at a layer's first forward
 
@@ -60,10 +64,23 @@ class EngineOptions:
 
 @dataclass
 class GptqResult:
-    quantized_model: torch.nn.Module  # the SALA model given, its linears replaced by GPTQModel's packed modules
+    packed: Dict[str, Dict[str, torch.Tensor]]  # module name -> its GPTQ tensors (qweight, qzeros, scales, g_idx)
     module_losses: List[Dict[str, Any]]  # per module: layer, module, loss, samples
     region_seconds: Dict[str, float]  # GPTQModel's region timer, totals over its worker threads
     region_counts: Dict[str, int] = field(default_factory=dict)
+
+
+def quantizer() -> List[str]:
+    """Who wrote a checkpoint, for its quantization_config's meta.quantizer: soarpack and the installed GPTQModel."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from soarpack import __version__
+
+    try:
+        engine = f"gptqmodel:{version('gptqmodel')}"
+    except PackageNotFoundError:
+        engine = "gptqmodel:unknown"
+    return [f"soarpack:{__version__}", engine]
 
 
 def module_tree(shared_input: bool = True) -> list:
@@ -175,7 +192,7 @@ def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int
             log = gm.quantize(examples, batch_size=opts.batch_size, calibration_sort="desc")
     stats = gm.quant_region_timer.snapshot()
     return GptqResult(
-        quantized_model=sala,
+        packed=_packed_modules(sala),
         module_losses=_module_losses(log),
         region_seconds={k: round(v["total"], 3) for k, v in stats.items() if v["count"]},
         region_counts={k: v["count"] for k, v in stats.items() if v["count"]},
@@ -186,9 +203,67 @@ def run_gptq(sala: torch.nn.Module, model_dir: Path, rows: Sequence[Sequence[int
 
 
 def _wrap(sala: torch.nn.Module) -> torch.nn.Module:
-    from soarpack.quant.hf_shim import wrap_for_hf
+    """A transformers view of a loaded SalaForCausalLM that shares its modules, for GPTQModel.
 
-    return wrap_for_hf(sala)
+    GPTQModel drives any `PreTrainedModel` whose decoder layers it can find through a declarative `module_tree`.
+    The release's remote code cannot run on CPU (SALA.md §3), so GPTQModel gets our plain-PyTorch SALA instead,
+    behind the small transformers surface it touches (`config`, `forward(input_ids, attention_mask)`,
+    input/output embeddings): the very modules, the same HF names, nothing copied."""
+    config_class, model_class = _hf_classes()
+    raw = {k: v for k, v in sala.config.raw.items() if k not in ("auto_map", "architectures")}
+    return model_class(config_class(**raw), sala).eval()
+
+
+@functools.lru_cache(maxsize=None)
+def _hf_classes() -> tuple:
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutput
+
+    class SalaHFConfig(PretrainedConfig):
+        model_type = MODEL_TYPE
+
+        def __init__(self, **kwargs: object):
+            # Every key of the original config.json becomes an attribute; nothing derived is added.
+            super().__init__(**kwargs)
+
+    class SalaHFForCausalLM(PreTrainedModel):
+        config_class = SalaHFConfig
+        base_model_prefix = "model"
+        _no_split_modules = ["SalaDecoderLayer"]
+        supports_gradient_checkpointing = False
+
+        def __init__(self, config: SalaHFConfig, sala: torch.nn.Module):
+            super().__init__(config)
+            self.model = sala.model
+            self.lm_head = sala.lm_head
+            # Kept outside the module tree so its parameters are not registered twice.
+            object.__setattr__(self, "_sala", sala)
+
+        def get_input_embeddings(self):
+            return self.model.embed_tokens
+
+        def get_output_embeddings(self):
+            return self.lm_head
+
+        def _init_weights(self, module):  # weights always come from a checkpoint
+            pass
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                    **ignored) -> CausalLMOutput:
+            return CausalLMOutput(logits=self._sala(input_ids, attention_mask=attention_mask))
+
+    return SalaHFConfig, SalaHFForCausalLM
+
+
+def _packed_modules(model: torch.nn.Module) -> Dict[str, Dict[str, torch.Tensor]]:
+    """Module name -> packed GPTQ tensors, for every module GPTQModel replaced with a quantized linear."""
+    from soarpack.quant.gptq_format import QUANT_PARTS
+
+    found = {}
+    for name, module in model.named_modules():
+        if all(hasattr(module, k) for k in QUANT_PARTS) and isinstance(getattr(module, "qweight", None), torch.Tensor):
+            found[name] = {k: getattr(module, k) for k in QUANT_PARTS}
+    return found
 
 
 def _definition(shared_input: bool) -> type:

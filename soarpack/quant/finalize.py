@@ -5,11 +5,12 @@
   checkpoint unchanged: bf16 stays bf16 (fp16 only when asked).
 - `config.json`: every original field, plus `quantization_config`; no derived key is ever written (the fork's
   config class has read-only properties and crashes on them).
+- `config.json`'s `quantization_config` is soarpack.recipe.checkpoint's (it carries the recipe's TOML and sha256).
 - `quantize_config.json`: the same quantization settings, for tools that read that file.
 - Every other file (tokenizer, chat template, `generation_config.json`, remote-code `.py`) is copied byte for byte.
 
 `auto_map`: kept as in the original by default. The platform's BF16 baseline serves the unmodified release
-(auto_map included) with `--trust-remote-code`, so the fork demonstrably builds its model from that config.json;
+(auto_map included) with remote code trusted, so the fork demonstrably builds its model from that config.json;
 SGLang rebuilds its own `MiniCPMHybridConfig` from the fields and the remote config class keeps unknown keys such
 as `quantization_config` as attributes. Peers removed `auto_map.AutoConfig` (SALA.md §4); `auto_map="drop-config"`
 does that for an A/B test on the platform, without touching the rest of auto_map.
@@ -25,7 +26,6 @@ from typing import Any, Dict, Iterable, Optional
 
 import torch
 
-from soarpack import __version__
 from soarpack.errors import ConfigError
 from soarpack.fsutil import atomic_write_json, atomic_write_text
 from soarpack.quant.gptq_format import QUANT_PARTS
@@ -33,33 +33,6 @@ from soarpack.quant.gptq_format import QUANT_PARTS
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 AUTO_MAP_MODES = ("keep", "drop-config")
-
-
-def quantization_config(recipe: Any, config: Any) -> Dict[str, Any]:
-    """The `quantization_config` of config.json (and quantize_config.json's content)."""
-    return {
-        "quant_method": "gptq",
-        "checkpoint_format": "gptq",
-        "bits": recipe.bits,
-        "group_size": recipe.group_size,
-        "sym": recipe.sym,
-        "desc_act": recipe.desc_act,
-        "lm_head": False,
-        "damp_percent": recipe.damp,
-        "true_sequential": True,
-        "pack_dtype": "int32",
-        "dynamic": recipe.render_dynamic(config),
-        "meta": {"quantizer": [f"soarpack:{__version__}", _gptqmodel_version()], "recipe": recipe.name},
-    }
-
-
-def _gptqmodel_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return f"gptqmodel:{version('gptqmodel')}"
-    except Exception:
-        return "gptqmodel:unknown"
 
 
 def write_config(src_dir: Path, out_dir: Path, qcfg: Dict[str, Any], *, auto_map: str = "keep",
@@ -107,11 +80,3 @@ def collect_tensors(quantized: Dict[str, Dict[str, torch.Tensor]], original_tens
         out[name] = tensor
     return out
 
-
-def extract_quantized(model: torch.nn.Module) -> Dict[str, Dict[str, torch.Tensor]]:
-    """Module name -> packed GPTQ tensors, for every module GPTQModel replaced with a quantized linear."""
-    found = {}
-    for name, module in model.named_modules():
-        if all(hasattr(module, k) for k in QUANT_PARTS) and isinstance(getattr(module, "qweight", None), torch.Tensor):
-            found[name] = {k: getattr(module, k) for k in QUANT_PARTS}
-    return found

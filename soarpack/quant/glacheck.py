@@ -27,8 +27,7 @@ FLA_AGREEMENT_RTOL = 1e-2
 
 @dataclass(frozen=True)
 class GlaVerdict:
-    backend: str  # what the rest of the run uses: the one in force ("auto" = torch, or "fla"), or "torch" after a
-    # failed check
+    backend: str  # what the rest of the run uses: the one in force ("torch" or "fla"), or "torch" after a failed check
     rel_diff: Optional[float] = None  # fla vs torch over the compared calls
     calls: int = 0  # GLA calls compared
     bound: float = FLA_AGREEMENT_RTOL

@@ -1,45 +1,31 @@
 """The options of one quantization run, typed and validated before any work; their defaults are the only defaults
 (the CLI, preprocess_model.py and the bundle read them from here).
 
-Calibration settings (rows, max_len, seed, batch) resolve as: CLI flag > the recipe's `[calibration]` table >
-`CALIBRATION_DEFAULTS`, and the run report records which of the three set each value.
+Calibration settings (rows, max_len, seed, batch) are the recipe's (soarpack.recipe.calibration): CLI flag > the
+recipe's `[calibration]` table > `CALIBRATION_DEFAULTS`, and the run report records which of the three set each value.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple
+from typing import Annotated, Any, List, Literal, Optional
 
 from pydantic import Field
 
-from soarpack.quant.schema import StrictModel, validated
+from soarpack.recipe.calibration import (CALIBRATION_DEFAULTS, CalibrationOverrides,  # noqa: F401 - read from here too
+                                          CalibrationSettings, resolve_calibration)
+from soarpack.recipe.model import DEFAULT_RECIPE
+from soarpack.schema import StrictModel, validated
 
 LoosePath = Annotated[Path, Field(strict=False)]  # a str or a Path
 
 
-class CalibrationSettings(StrictModel):
-    rows: int = Field(256, ge=1)  # SALA.md §5: at least 256
-    max_len: int = Field(2048, ge=8)  # tokens per row, left-truncated; must stay under the model's dense_len
-    seed: int = Field(0, ge=0)
-    batch: int = Field(4, ge=1)  # rows per forward; sorted by length so padding is small
-
-
-class CalibrationOverrides(StrictModel):
-    """A recipe's `[calibration]` table or the CLI's flags: only what was set."""
-
-    rows: Optional[int] = Field(None, ge=1)
-    max_len: Optional[int] = Field(None, ge=8)
-    seed: Optional[int] = Field(None, ge=0)
-    batch: Optional[int] = Field(None, ge=1)
-
-
-CALIBRATION_DEFAULTS = CalibrationSettings()
 HELD_OUT_ROWS = 4
 HELD_OUT_MAX_LEN = 512
 
 
 class QuantizeOptions(StrictModel):
-    recipe: str = "w4-mlp"  # a built-in recipe name or a .toml path
+    recipe: str = DEFAULT_RECIPE  # a built-in recipe name or a .toml path
     calib: Optional[List[LoosePath]] = None  # calibration files; None = the built-in prompts
     held_out: Optional[List[LoosePath]] = None  # held-out files; None = built-in, disjoint prompts
     calibration: CalibrationOverrides = CalibrationOverrides()
@@ -73,19 +59,3 @@ def quantize_options(**given: Any) -> QuantizeOptions:
     flat = {k: given.pop(k) for k in list(given) if k in CalibrationOverrides.model_fields}
     overrides = validated(CalibrationOverrides, {k: v for k, v in flat.items() if v is not None}, "", FLAGS)
     return validated(QuantizeOptions, {**given, "calibration": overrides}, "", FLAGS)
-
-
-def resolve_calibration(cli: CalibrationOverrides, recipe: Optional[CalibrationOverrides]
-                        ) -> Tuple[CalibrationSettings, Dict[str, str]]:
-    """CLI > recipe > default, per setting; also which of the three set each value."""
-    values: Dict[str, int] = {}
-    sources: Dict[str, str] = {}
-    for name, default in CALIBRATION_DEFAULTS.model_dump().items():
-        for source, layer in (("cli", cli), ("recipe", recipe)):
-            value = getattr(layer, name) if layer is not None else None
-            if value is not None:
-                values[name], sources[name] = value, source
-                break
-        else:
-            values[name], sources[name] = default, "default"
-    return CalibrationSettings(**values), sources

@@ -3,7 +3,8 @@
 recipe → plan (check) → calibration and held-out rows (disjoint) → load → sanity (the original model's next-token
 loss on the held-out rows must be finite and under a bound, so a wrong implementation or a corrupt checkpoint stops
 here, not after twenty minutes) → gptq (soarpack.quant.engine, the one seam to GPTQModel) → save (temp dir) →
-quality (KL of the written checkpoint against the original on the held-out rows) → verify → rename.
+quality (KL of the written checkpoint against the original on the held-out rows; the math is soarpack.quant.quality)
+→ verify → rename.
 
 Progress goes to an `on_event` callback (the CLI renders it) and, when asked, to a plain log file.
 """
@@ -18,12 +19,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
 
 import torch
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
 from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
+from soarpack.quant.quality import kl_stats, logprobs_of, next_token_loss
 from soarpack.quant.warmup import start_warmups
 from soarpack.sala.gla import current_backend, use_backend
 from soarpack.steps import Event, EventCallback
@@ -119,7 +121,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
             gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
         if line := warmups.wait("gptq-block-update"):
             log.note("gptq", line)
-        quantized = checked_quantized(sala, run)
+        quantized = checked_quantized(gptq.packed, run)
         n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
         quality: Dict[str, Any] = {"gptq": gptq.module_losses}
         gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
@@ -157,7 +159,7 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     from soarpack.fsutil import prepare_output_dir
     from soarpack.quant import engine
     from soarpack.quant.calib import check_max_len
-    from soarpack.quant.recipe import load_recipe
+    from soarpack.recipe.model import load_recipe
     from soarpack.sala.config import load_config
 
     # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
@@ -247,11 +249,8 @@ def engine_options(run: Run, opts: QuantizeOptions) -> Any:
                          shared_input_hessians=opts.shared_input_hessians, offload_to_disk=opts.offload_to_disk)
 
 
-def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
-    """The packed tensors GPTQModel left in `sala`, refused unless they are exactly the plan's module set."""
-    from soarpack.quant.finalize import extract_quantized
-
-    quantized = extract_quantized(sala)
+def checked_quantized(quantized: Dict[str, Dict[str, torch.Tensor]], run: Run) -> Dict[str, Dict[str, torch.Tensor]]:
+    """The packed tensors GPTQModel wrote, refused unless they are exactly the plan's module set."""
     expected = {n for n, mq in run.recipe.plan(run.config).items() if mq is not None}
     if set(quantized) != expected:
         missing, extra = sorted(expected - set(quantized)), sorted(set(quantized) - expected)
@@ -262,14 +261,16 @@ def checked_quantized(sala: torch.nn.Module, run: Run) -> Dict[str, Dict[str, to
 
 def save_checkpoint(quantized: Dict[str, Dict[str, torch.Tensor]], model_dir: Path, tmp: Path, run: Run,
                     opts: QuantizeOptions) -> None:
-    from soarpack.quant.finalize import collect_tensors, copy_side_files, quantization_config, write_config
+    from soarpack.quant.engine import quantizer
+    from soarpack.quant.finalize import collect_tensors, copy_side_files, write_config
+    from soarpack.recipe.checkpoint import quantization_config
     from soarpack.sala.checkpoint import iter_tensors, save_state_dict
 
     fp16 = opts.float_dtype == "float16"
     tensors = collect_tensors(quantized, iter_tensors(model_dir), float_dtype=torch.float16 if fp16 else torch.bfloat16)
     save_state_dict(tensors, tmp)
     del tensors
-    write_config(model_dir, tmp, quantization_config(run.recipe, run.config), auto_map=opts.auto_map,
+    write_config(model_dir, tmp, quantization_config(run.recipe, run.config, quantizer()), auto_map=opts.auto_map,
                  torch_dtype="float16" if fp16 else None)
     copy_side_files(model_dir, tmp)
 
@@ -315,27 +316,6 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("--device cuda but torch sees no CUDA device", "use --device cpu or auto")
     return device
-
-
-def next_token_loss(logprobs: Sequence[torch.Tensor], rows: Sequence[Sequence[int]]) -> float:
-    """Mean next-token cross entropy (nats) from the per-row log-probabilities of `next_token_logprobs`."""
-    total, count = 0.0, 0
-    for lp, ids in zip(logprobs, rows):
-        targets = torch.tensor(list(ids)[1:], dtype=torch.long)
-        total -= float(lp[:-1].gather(-1, targets.unsqueeze(-1)).sum())
-        count += len(targets)
-    return total / max(count, 1)
-
-
-def next_token_logprobs(model: torch.nn.Module, rows: Sequence[Sequence[int]], device: str) -> List[torch.Tensor]:
-    """Per-row log-probabilities [T, vocab] of a whole model (the layer-streamed runs use `logprobs_of`)."""
-    with torch.no_grad():
-        return logprobs_of([model(torch.tensor([list(ids)], device=device))[0].cpu() for ids in rows])
-
-
-def logprobs_of(logits: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """float32 log-softmax of each row's logits [T, vocab], on the CPU."""
-    return [torch.log_softmax(x.float(), dim=-1) for x in logits]
 
 
 def module_bits(run: Run) -> Dict[str, str]:
@@ -387,18 +367,6 @@ def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
         yield
     finally:
         os.environ.pop(names[0], None)
-
-
-def kl_stats(ref_logprobs: Sequence[torch.Tensor], new_logprobs: Sequence[torch.Tensor]) -> Dict[str, float]:
-    """KL(ref ‖ new) per position: mean and max, plus top-1 agreement."""
-    kls, agree, n = [], 0, 0
-    for p, q in zip(ref_logprobs, new_logprobs):
-        kls.append((p.exp() * (p - q)).sum(-1))
-        agree += int((p.argmax(-1) == q.argmax(-1)).sum())
-        n += p.shape[0]
-    allk = torch.cat(kls)
-    return {"kl_mean": float(allk.mean()), "kl_max": float(allk.max()), "top1_agreement": agree / max(n, 1),
-            "positions": n}
 
 
 # -- progress ----------------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ import torch
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import INCOMPLETE_MARKER, sha256_file, temp_owner
 from soarpack.quant.gptq_format import QUANT_PARTS, dequantize, unpack_cols
-from soarpack.quant.recipe import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
+from soarpack.recipe.checkpoint import base_grid
+from soarpack.recipe.plan import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,
                                    ModuleQuant, resolve_plan)
 
 # Properties of the fork's MiniCPMHybridConfig (and other derived values): never keys of config.json.
@@ -82,8 +83,7 @@ def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *
         return rep
     _check_quant_config(qc, ckpt, add)
     _check_config_keys(raw, original, add)
-    base = ModuleQuant(int(qc.get("bits", 4)), int(qc.get("group_size", 128)), bool(qc.get("sym", True)),
-                       bool(qc.get("desc_act", False)))
+    base = base_grid(qc)
     dynamic = qc.get("dynamic") or {}
     try:
         plan = resolve_plan(config, dynamic, base)

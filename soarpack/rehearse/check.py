@@ -1,8 +1,8 @@
 """`soarpack check`: rehearse what the platform does with a bundle before an upload is spent.
 
 Static steps: size, safe extraction, structure and manifest, credentials, wheel tags, `bash -n`, args lint.
-Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (CPython 3.10 with the fork's pins:
-torch 2.9.1, torchao 0.9.0, transformers 4.57.1; see imagestack.py) that sees nothing of this machine's
+Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (the image's CPython with the fork's
+pins, soarpack.facts.image; see imagestack.py) that sees nothing of this machine's
 site-packages: source prepare_env.sh with it as the image's python (the bundle's own wheels go into the overlay
 offline, with uv when it is on PATH), `bash prepare_model.sh` on a tiny SALA model, `soarpack verify` on the result,
 the fork's own loader on it. `dev_stack=True` rehearses over this environment instead (fast, for tests): its report
@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import bundle_path_problem, read_manifest, verify_files
+from soarpack.bundle.manifest import bundle_path_problem, consistency_problems, read_manifest, verify_files
 from soarpack.errors import SoarpackError
+from soarpack.facts import image, limits
 from soarpack.rehearse import probes
 from soarpack.steps import (FAIL, PASS, SKIP, Done, EventCallback, Risk, Runner, RunReport, StepFailed, StepSkipped,
                             lines_to, no_events, step)
-from soarpack.serve.server import PLATFORM_DEFAULT_ARGS
+from soarpack.facts.launch import DEFAULT_SERVER_ARGS as PLATFORM_DEFAULT_ARGS
 
 # A tiny quantization run: enough rows for GPTQ's Hessians on the tiny model, minutes not hours on a CPU.
 REHEARSAL_QUANTIZE = "--rows 16 --max-len 128 --device cpu --no-report"
@@ -91,7 +92,8 @@ def size(c: Check) -> Done:
         raise StepFailed(f"{c.bundle} is not a file")
     n = c.bundle.stat().st_size
     if n > layout.MAX_BYTES:
-        raise StepFailed(f"{n / 1e9:.2f} GB is over the platform's 2 GB limit", bytes=n, limit=layout.MAX_BYTES)
+        raise StepFailed(f"{n / 1e9:.2f} GB is over the platform's {limits.upload_limit_words()} limit", bytes=n,
+                         limit=layout.MAX_BYTES)
     close = n > layout.WARN_BYTES
     return Done(f"{n / 1e6:.1f} MB of {layout.MAX_BYTES / 1e9:.1f} GB" + (" (close to the limit)" if close else ""),
                 {"bytes": n, "limit": layout.MAX_BYTES, "close_to_limit": close})
@@ -117,23 +119,26 @@ def structure(c: Check) -> Done:
     if problems:
         raise StepFailed(f"{len(problems)} file(s) disagree with MANIFEST.json: " + "; ".join(problems[:5]),
                          problems=problems)
-    quant = manifest.get("quantize") or {}
-    if not quant.get("recipe"):
+    if not manifest.quantize.recipe:
         raise StepFailed("MANIFEST.json names no recipe")
-    for calib in quant.get("calib") or []:
+    for calib in manifest.quantize.calib + manifest.quantize.held_out:
         problem = bundle_path_problem(calib)
         if problem:
             raise StepFailed(f"calibration entry {calib!r} {problem}")
         if not (c.root / calib).is_file():
             raise StepFailed(f"calibration file {calib} is missing", missing=[calib])
-    if sorted((manifest.get("wheels") or {}).get("files") or []) != c.wheel_names:
+    problems = consistency_problems(c.root, manifest)  # the MANIFEST, bundle.env and what check says: one record
+    if problems:
+        raise StepFailed("; ".join(problems), problems=problems)
+    if sorted(manifest.wheels.files) != c.wheel_names:
         raise StepFailed("wheels/ does not match the manifest's wheel list")
-    c.manifest = manifest
+    c.manifest = manifest.as_json()
     from soarpack.bundle.risks import manifest_risks
 
-    c.report.risks.extend(manifest_risks(manifest))
-    return Done(f"{len(manifest['files'])} files match MANIFEST.json (soarpack {manifest.get('soarpack_version')})",
-                {"files": len(manifest["files"]), "soarpack_version": manifest.get("soarpack_version")})
+    c.report.risks.extend(manifest_risks(c.manifest))
+    return Done(f"{len(manifest.files)} files match MANIFEST.json (bundle {manifest.id[:12]}, "
+                f"soarpack {manifest.soarpack_version}, recipe {manifest.quantize.recipe_name})",
+                {"files": len(manifest.files), "soarpack_version": manifest.soarpack_version, "id": manifest.id})
 
 
 @step("credentials", needs=["extract"])
@@ -359,7 +364,7 @@ def verify(c: Check) -> Done:
 def fork_loads_it(c: Check) -> Done:
     """The checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
 
-    Always on the image stack, --dev-stack or not: the fork pins transformers 4.57.1 and does not import on ours."""
+    Always on the image stack, --dev-stack or not: the fork pins its own transformers and does not import on ours."""
     from soarpack.serve.forkcheck import run_fork_check
 
     if c.sglang_mode == "tree":
@@ -426,7 +431,7 @@ class CheckReport(RunReport):
         if gate["not_run"]:
             return f"not rehearsed: {', '.join(gate['not_run'])}"
         if self.stack != IMAGE_STACK:
-            return "rehearsed on the development stack, not the image's (CPython 3.10, torch 2.9.1)"
+            return f"rehearsed on the development stack, not the image's ({image.describe_short()})"
         return None
 
     @property

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from soarpack.errors import ConfigError
+from soarpack.facts import limits
 from soarpack.serve.server import PLATFORM_PORT, READY_TIMEOUT_S, Server, gate_line, launch_command, start_server
 from soarpack.steps import Done, EventCallback, Runner, RunReport, StepFailed, lines_to, no_events, step
 
@@ -132,13 +133,13 @@ class RehearsalResult:
 
 def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
                     port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
-                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = 3000.0,
+                    ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = limits.EVAL_TIMEOUT_S,
                     env: Optional[Dict[str, str]] = None, on_event: EventCallback = no_events) -> RehearsalResult:
     """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score."""
     from soarpack.bench import speedset as ss
     from soarpack.bench.evaluate import load_eval_rows
     from soarpack.bench.tokenizer import load_tokenizer
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
     from soarpack.serve.server import stratified_slice
 
     ckpt, data, out_dir = Path(ckpt), Path(data), Path(out_dir)

@@ -10,9 +10,9 @@ Two exact forms of the same recurrence:
   state carries everything before the chunk. O(T·C·d + T·d²).
 - `recurrent_gla`: decode, one token at a time, carrying the [heads, d_k, d_v] state.
 
-`gla` runs the torch forms unless fla's `fla.ops.simple_gla` kernels (Triton) are asked for with `set_backend("fla")`
-or SOARPACK_GLA_BACKEND=fla. "auto", the default, is the torch path since the chunk form stopped looping over the
-sequence: on an H200 a calibration forward's GLA (320k tokens) takes 0.12 s, 3.4× fla's compiled kernel, with no
+`gla` runs the torch forms ("torch", the default) unless fla's `fla.ops.simple_gla` kernels (Triton) are asked for
+with `set_backend("fla")` or SOARPACK_GLA_BACKEND=fla. The torch path is the default since the chunk form stopped
+looping over the sequence: on an H200 a calibration forward's GLA (320k tokens) takes 0.12 s, 3.4× fla's compiled kernel, with no
 Triton compile and autotune to wait for (about 50 s cold, every platform run) and no dependence on the image's fla
 version (benchmarks/RESULTS.md §1, §2).
 Shapes follow fla: q, k, v are [B, T, H, D]; states are [B, H, D_k, D_v]; all math here is in float32 or float64,
@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 DEFAULT_CHUNK = 64
-_BACKENDS = ("auto", "torch", "fla")
-_backend = os.environ.get("SOARPACK_GLA_BACKEND", "auto")
+_BACKENDS = ("torch", "fla")  # what each runs is its name: there is no backend that picks
+_backend = os.environ.get("SOARPACK_GLA_BACKEND", "torch")
 
 
 def set_backend(name: str) -> str:
@@ -95,7 +95,7 @@ def _use_fla(q: torch.Tensor) -> bool:
         if not fla_available():
             raise RuntimeError("SOARPACK_GLA_BACKEND=fla but fla.ops.simple_gla cannot be imported")
         return True
-    return False  # "auto" and "torch": see the module docstring
+    raise RuntimeError(f"SOARPACK_GLA_BACKEND={_backend} is not one of {', '.join(_BACKENDS)}")
 
 
 def _initial_state(state: Optional[torch.Tensor], shape: tuple, like: torch.Tensor) -> torch.Tensor:

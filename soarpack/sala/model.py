@@ -185,7 +185,6 @@ class SalaDecoderLayer(nn.Module):
     def __init__(self, cfg: SalaConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
-        self.mixer_type = cfg.mixer_types[layer_idx]
         self.self_attn = SparseAttention(cfg) if cfg.is_sparse(layer_idx) else LightningAttention(cfg)
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

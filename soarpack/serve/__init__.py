@@ -1,8 +1,10 @@
-"""The SGLang side: serving profiles, their lint, and our patch set for the OpenBMB minicpm_sala fork.
+"""The SGLang side: the lint of serving profiles' args (the profiles themselves: soarpack.recipe.profile), the fork
+check, and our patch set for the OpenBMB minicpm_sala fork.
 
-profiles.py  load_profile / list_profiles: server args + patches + the quantization recipe they serve
 lint.py      lint_args: flags the fork knows, contradictions that cost a platform run
 patches.py   patch_dir / list_patches / check_tree / apply_patches (stdlib only: runs on the platform image)
 unidiff.py   unified diffs read and applied without `patch` or `git`
 serverargs.py the fork's flags, parsed from its server_args.py or the recorded table
+forkcheck.py `serve-check`: a checkpoint loaded through the fork's own code on a CPU (_fork_child.py, the child)
+server.py    `rehearse-server`: the platform's launch line on a GPU box, eval, bench and score
 """

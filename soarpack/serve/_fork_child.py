@@ -2,7 +2,8 @@
 
 Run only as a script in its own interpreter (`python -I _fork_child.py REQUEST.json`): it installs stand-in modules
 and patches `torch.cuda`, which must never reach the caller. Standard library, torch and the fork only; nothing of
-soarpack is imported, so the interpreter can be the image stand-in (CPython 3.10, torch 2.9.1).
+soarpack is imported, so the interpreter can be the image stand-in; the platform's facts it needs (the launch line,
+the GPU the stand-ins answer as) come in the request, from soarpack.facts.
 
 It writes one JSON object to the request's `result` path: {"ok": true, ...report} or {"ok": false, "error": "one
 line"}; stdout and stderr are the fork's logs.
@@ -37,9 +38,8 @@ LEFT_MISSING = {
     "sgl_kernel.scalar_type",
 }
 STANDIN_VERSION = "0.0.0+soarpack.standin"
-# What the platform's GPU answers (RTX PRO Blackwell, sm_120), for the code that decides on Marlin.
-CAPABILITY = (12, 0)
-DEVICE_NAME = "NVIDIA RTX PRO 6000 Blackwell (soarpack stand-in)"
+# What the platform's GPU answers, for the code that decides on Marlin: the request's "gpu" (soarpack.facts.gpu).
+GPU = {}
 INT_SENTINELS = (-0x5A5A5A5B, 0x3C3C3C3D)
 
 
@@ -123,15 +123,20 @@ class StandinFinder(importlib.abc.MetaPathFinder):
 
 
 def _device_properties():
-    return types.SimpleNamespace(name=DEVICE_NAME, major=CAPABILITY[0], minor=CAPABILITY[1],
-                                 total_memory=96 * 1024**3, multi_processor_count=188, L2_cache_size=128 * 1024**2,
-                                 warp_size=32, gcnArchName="")
+    major, minor = _capability()
+    return types.SimpleNamespace(name=GPU["name"], major=major, minor=minor, total_memory=GPU["total_memory"],
+                                 multi_processor_count=GPU["multi_processor_count"],
+                                 L2_cache_size=GPU["L2_cache_size"], warp_size=GPU["warp_size"], gcnArchName="")
+
+
+def _capability():
+    return tuple(GPU["capability"])
 
 
 def patch_torch_cuda(torch):
-    torch.cuda.get_device_capability = lambda device=None: CAPABILITY
+    torch.cuda.get_device_capability = lambda device=None: _capability()
     torch.cuda.get_device_properties = lambda device=None: _device_properties()
-    torch.cuda.get_device_name = lambda device=None: DEVICE_NAME
+    torch.cuda.get_device_name = lambda device=None: GPU["name"]
 
 
 def patch_triton_driver():
@@ -144,13 +149,14 @@ def patch_triton_driver():
 
     class StandinDriver:
         def get_current_target(self):
-            return GPUTarget("cuda", CAPABILITY[0] * 10 + CAPABILITY[1], 32)
+            major, minor = _capability()
+            return GPUTarget("cuda", major * 10 + minor, GPU["warp_size"])
 
         def get_current_device(self):
             return 0
 
         def get_device_capability(self, device=0):
-            return CAPABILITY
+            return _capability()
 
         def __getattr__(self, name):
             raise AttributeError(f"triton driver stand-in has no {name}: a kernel was launched on a CPU check")
@@ -163,7 +169,7 @@ def patch_fork_after_import(sglang_srt):
     gptq = importlib.import_module("sglang.srt.layers.quantization.gptq")
     marlin_utils = importlib.import_module("sglang.srt.layers.quantization.marlin_utils")
     gptq._is_cuda = True
-    marlin_utils.get_device_capability = lambda device_id=0: CAPABILITY
+    marlin_utils.get_device_capability = lambda device_id=0: _capability()
 
 
 # -- the checkpoint as served -----------------------------------------------------------------------------------
@@ -273,6 +279,7 @@ def _linear_report(model):
 
 
 def run(request):
+    GPU.update(request["gpu"])
     src = os.path.realpath(request["sglang_src"])
     ckpt = served_dir(request["ckpt"], request.get("standin_remote_config", False), request["scratch"])
     sys.path.insert(0, src)
@@ -307,10 +314,10 @@ def run(request):
     patched = import_patched_modules(src, request.get("patched_files", []))
     from sglang.srt.models.minicpm import MiniCPMSALAForCausalLM
 
-    # The platform's launch line (SALA.md §1): our server args, then the flags the platform appends (theirs win).
-    server_args = prepare_server_args(["--model-path", ckpt, "--trust-remote-code", "--port", "30000",
-                                       *request.get("server_args", []), "--tp-size", "1",
-                                       "--max-running-requests", "32"])
+    # The platform's launch line (the request's "launch"): our server args, then what the platform appends (theirs win).
+    launch = request["launch"]
+    server_args = prepare_server_args([launch["model_path_flag"], ckpt, *launch["before"],
+                                       *request.get("server_args", []), *launch["after"]])
     set_global_server_args_for_scheduler(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     hf_config = model_config.hf_config

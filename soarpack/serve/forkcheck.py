@@ -1,8 +1,8 @@
 """Load a quantized checkpoint through the OpenBMB SGLang fork's own code on a CPU: `soarpack serve-check`.
 
 The fork's server args, `ModelConfig`, quantization-config detection, `MiniCPMSALAForCausalLM` and `load_weights`
-run in a child interpreter (`_fork_child.py`), by default the image stand-in (CPython 3.10, torch 2.9.1,
-transformers 4.57.1: the fork's pins), with the fork's GPU-only extensions stood in. This module builds the request,
+run in a child interpreter (`_fork_child.py`), by default the image stand-in (the image's Python with the fork's
+pins, soarpack.facts.image), with the fork's GPU-only extensions stood in. This module builds the request,
 runs the child, and judges its report against the recipe's plan: each decoder linear must get the quant method and
 bits the recipe says, every checkpoint tensor must land in a parameter, and every parameter must be written.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
+from soarpack.facts import gpu, launch
 from soarpack.steps import EventCallback, no_events
 
 CHILD_SCRIPT = Path(__file__).with_name("_fork_child.py")
@@ -75,15 +76,10 @@ def _read_config(ckpt: Path) -> Dict[str, Any]:
 
 
 def recipe_of(raw_config: Dict[str, Any], recipe=None):
-    """The recipe to judge against: the one given, else the one the checkpoint's quantization_config names."""
-    from soarpack.quant.recipe import load_recipe
+    """The recipe to judge against: the one given, else the one the checkpoint carries (soarpack.recipe.checkpoint)."""
+    from soarpack.recipe.checkpoint import recipe_for
 
-    if recipe is None:
-        recipe = (raw_config["quantization_config"].get("meta") or {}).get("recipe")
-        if not recipe:
-            raise ConfigError("the checkpoint's quantization_config names no recipe (meta.recipe)",
-                              "pass --recipe NAME (the recipe it was quantized with)")
-    return load_recipe(recipe)
+    return recipe_for(raw_config["quantization_config"], recipe)
 
 
 def uses_placeholder_remote_config(ckpt: Path, raw_config: Dict[str, Any]) -> bool:
@@ -122,6 +118,15 @@ def resolve_python(python: Optional[os.PathLike], dev_stack: bool, on_event: Eve
 
 
 # -- running the child -----------------------------------------------------------------------------------------
+
+
+def platform_request() -> Dict[str, Any]:
+    """The platform's facts the child needs, from soarpack.facts (the child imports nothing of soarpack): the launch
+    line around our server args and the GPU its stand-ins answer as."""
+    leading = launch.leading_args("MODEL")
+    # The metrics flag is left out: the check parses the args and builds the model, it starts no server.
+    after = [a for a in launch.TRAILING_ARGS if a != launch.METRICS_FLAG]
+    return {"launch": {"model_path_flag": leading[0], "before": leading[2:], "after": after}, "gpu": gpu.as_request()}
 
 
 def child_command(python: os.PathLike, request_path: os.PathLike) -> List[str]:
@@ -168,7 +173,7 @@ def run_child(python: os.PathLike, request: Dict[str, Any], scratch: Path, timeo
 
 def _fork_to_hf(module: str) -> List[str]:
     """HF linears the fork fuses into `module` (qkv_proj -> q/k/v_proj), or the module itself."""
-    from soarpack.quant.recipe import FUSED_GROUPS
+    from soarpack.recipe.plan import FUSED_GROUPS
 
     for fused, members in FUSED_GROUPS.items():
         if module.endswith("." + fused):
@@ -260,7 +265,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     """
     from soarpack.sala.config import SalaConfig
     from soarpack.serve.patches import resolve_src
-    from soarpack.serve.profiles import DEFAULT_PROFILE, load_profile
+    from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
     ckpt = Path(ckpt).resolve()
     if not ckpt.is_dir():
@@ -273,7 +278,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     interpreter = resolve_python(python, dev_stack, on_event)
 
     request = {"ckpt": str(ckpt), "sglang_src": str(src), "server_args": args, "patched_files": patched_files(),
-               "standin_remote_config": uses_placeholder_remote_config(ckpt, raw)}
+               "standin_remote_config": uses_placeholder_remote_config(ckpt, raw), **platform_request()}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="soarpack-forkcheck-") as tmp:
         report, log_text = run_child(interpreter, request, Path(tmp), timeout)

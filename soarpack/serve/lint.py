@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from soarpack.errors import ConfigError
+from soarpack.facts import launch
+from soarpack.recipe.model import Recipe, load_recipe
 from soarpack.serve.serverargs import FlagSpec, known_flags, split_args
 
 RULES: Dict[str, str] = {
@@ -37,8 +38,8 @@ RULES: Dict[str, str] = {
     "force-dense-sparse-backend": "--force-dense-minicpm with a minicpm_* backend: the sparse backend refuses a dense config",
     "dense-as-sparse-ignored": "--dense-as-sparse only acts on the minicpm sparse backend",
     "no-attention-backend": "no --attention-backend: SGLang picks one for the hybrid model",
-    "cuda-graph-bs": "CUDA graphs captured for fewer than 32 running requests: larger batches run eager",
-    "platform-override": "the platform sets this flag itself (--max-running-requests 32, --tp-size 1, --port, --model-path)",
+    "cuda-graph-bs": f"CUDA graphs captured for fewer than {launch.MAX_RUNNING_REQUESTS} running requests: larger batches run eager",
+    "platform-override": f"the platform sets this flag itself ({launch.overrides_phrase()})",
     "unknown-patch": "a patch name the patch set does not have",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
     "unsafe-token": "a token the platform's unquoted ${SGLANG_SERVER_ARGS} would split, glob or keep quotes in",
@@ -49,11 +50,11 @@ ERROR_RULES = {
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
     "mem-fraction-range", "unsafe-token",
 }
-PLATFORM_FLAGS = ("--max-running-requests", "--tp-size", "--port", "--model-path")
+PLATFORM_FLAGS = launch.PLATFORM_FLAGS
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
 DTYPE_PATCH = "sparse-dtype"
 SPARSE_BACKENDS = ("minicpm_flashinfer", "minicpm_flashattn")
-PLATFORM_MAX_RUNNING = 32
+PLATFORM_MAX_RUNNING = launch.MAX_RUNNING_REQUESTS
 # The platform expands ${SGLANG_SERVER_ARGS} unquoted (SALA.md 1): a token arrives intact under word splitting,
 # globbing, `sh -c` and `eval` alike only if it has none of the shell's special characters. This is the set
 # shlex.quote leaves unquoted.
@@ -95,43 +96,13 @@ class Finding:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class RecipeGrid:
-    """What the lint needs from a quantization recipe."""
-
-    name: str
-    bits: int
-    group_size: int
-    sym: bool
-    desc_act: bool
-
-
 def _finding(rule: str, message: str) -> Finding:
     return Finding("error" if rule in ERROR_RULES else "warning", rule, message)
 
 
-def recipe_grid(recipe: Any) -> RecipeGrid:
-    """A RecipeGrid from a Recipe-like object, a recipe name or a path; an invalid recipe still gives its grid."""
-    if all(hasattr(recipe, a) for a in ("bits", "group_size", "sym", "desc_act")):
-        return RecipeGrid(str(getattr(recipe, "name", "recipe")), int(recipe.bits), int(recipe.group_size), bool(recipe.sym), bool(recipe.desc_act))
-    try:
-        from soarpack.quant.recipe import load_recipe
-
-        return recipe_grid(load_recipe(recipe))
-    except (ImportError, ConfigError):
-        pass  # an asymmetric recipe is refused by the loader; read its grid directly so the lint can say why
-    from soarpack.recipe_files import RECIPES_DIR, read_toml
-
-    path = Path(str(recipe))
-    if not path.is_file():
-        path = RECIPES_DIR / f"{recipe}.toml"
-    if not path.is_file():
-        raise ConfigError(f"no quantization recipe named {recipe!r}", "pass a built-in recipe name or a .toml path")
-    quant = read_toml(path).get("quant")
-    if not isinstance(quant, dict):
-        raise ConfigError(f"{path}: no [quant] table", "a serving profile's recipe must name a quantization recipe")
-    return RecipeGrid(str(quant.get("name", path.stem)), int(quant.get("bits", 4)), int(quant.get("group_size", 128)),
-                      bool(quant.get("sym", True)), bool(quant.get("desc_act", False)))
+def recipe_grid(recipe: Any) -> Recipe:
+    """The Recipe a name, path or Recipe names, read even when Marlin cannot serve it, so the lint can say why."""
+    return load_recipe(recipe, servable=False)
 
 
 def _parse(tokens: Sequence[str], flags: Dict[str, FlagSpec], out: List[Finding]) -> Dict[str, Optional[str]]:
@@ -295,7 +266,7 @@ def raise_on_errors(findings: Sequence[Finding], what: str = "server args") -> N
 
 def lint_profile(profile: Any, *, patched: Optional[Set[str]] = None, server_args_py: Optional[os.PathLike] = None) -> List[Finding]:
     """lint_args for a serving profile (name, path or Profile) with its recipe; patched defaults to its own patches."""
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     prof = load_profile(profile)
     return lint_args(prof.args, recipe=prof.recipe, patched=set(prof.patches) if patched is None else patched,

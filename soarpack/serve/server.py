@@ -1,7 +1,8 @@
 """The platform's server, started as the platform starts it (SALA.md §1), and the accuracy gate's arithmetic.
 
-`launch_command` / `start_server` start `python -m sglang.launch_server` on a checkpoint and wait for /health;
-`gate_line` says C with its margin to the 79.2 cliff. soarpack.rehearse.server runs the whole rehearsal as steps.
+`launch_command` / `start_server` start `python -m sglang.launch_server` on a checkpoint the way the platform does
+(SALA.md §1) and wait for /health; `gate_line` says C with its margin to the full-credit line
+(soarpack.facts.scoring). soarpack.rehearse.server runs the whole rehearsal as steps.
 """
 
 from __future__ import annotations
@@ -17,23 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from soarpack.errors import SoarpackError
+from soarpack.errors import ConfigError, SoarpackError
+from soarpack.facts import launch, limits, scoring as platform_scoring
 from soarpack.steps import EventCallback, lines_to, no_events
 
-PLATFORM_PORT = 30000
-READY_TIMEOUT_S = 600.0  # the platform gives the server about 10 minutes
+PLATFORM_PORT = launch.PORT
+READY_TIMEOUT_S = limits.SERVER_READY_S
 STOP_GRACE_S = 30.0
 LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
 # What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
-PLATFORM_TRAILING_ARGS = ("--tp-size", "1", "--max-running-requests", "32", "--enable-metrics")
-# The platform's own SGLANG_SERVER_ARGS when a bundle exports none (SALA.md §1).
-PLATFORM_DEFAULT_ARGS = ("--disable-radix-cache --attention-backend minicpm_flashinfer --chunked-prefill-size 8192 "
-                         "--skip-server-warmup --dense-as-sparse")
-# The platform's launch line as its shell runs it (SALA.md 1): SGLANG_SERVER_ARGS expanded unquoted, so it is
-# split at whitespace and globbed; soarpack.serve.lint refuses every token that would not survive that.
-PLATFORM_LAUNCH_LINE = ("python -m sglang.launch_server --model-path $OUT --trust-remote-code --port 30000 "
-                        "${SGLANG_SERVER_ARGS} " + " ".join(PLATFORM_TRAILING_ARGS))
+PLATFORM_TRAILING_ARGS = launch.TRAILING_ARGS
+# The platform's own SGLANG_SERVER_ARGS when a bundle exports none.
+PLATFORM_DEFAULT_ARGS = launch.DEFAULT_SERVER_ARGS
+# The platform's launch line as its shell runs it: SGLANG_SERVER_ARGS expanded unquoted, so it is split at
+# whitespace and globbed; soarpack.serve.lint refuses every token that would not survive that.
+PLATFORM_LAUNCH_LINE = " ".join(["python -m", launch.MODULE, *launch.leading_args("$OUT"), "${SGLANG_SERVER_ARGS}",
+                                 *launch.TRAILING_ARGS])
 
 
 class ServerError(SoarpackError):
@@ -41,8 +42,7 @@ class ServerError(SoarpackError):
 
 
 def launch_command(ckpt: os.PathLike, server_args: Sequence[str], port: int, python: str = sys.executable) -> List[str]:
-    return [python, "-m", "sglang.launch_server", "--model-path", str(ckpt), "--trust-remote-code", "--port", str(port),
-            *server_args, *PLATFORM_TRAILING_ARGS]
+    return [python, "-m", launch.MODULE, *launch.server_argv(str(ckpt), list(server_args), port)]
 
 
 def _log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -127,10 +127,8 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
 
 
 def c_cliff_ori() -> float:
-    """The ori_accuracy above which C = 1 (79.2): soarpack.bench.scoring.full_credit_ori."""
-    from soarpack.bench.scoring import full_credit_ori
-
-    return full_credit_ori()
+    """The ori_accuracy above which C = 1 (derived in soarpack.facts.scoring from the baseline and C's steps)."""
+    return platform_scoring.FULL_CREDIT_ORI
 
 
 def gate_line(ori: float, rows: int, records: Optional[Sequence[dict]] = None) -> str:
