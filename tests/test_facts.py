@@ -69,8 +69,12 @@ def _sources() -> List[Path]:
 def _texts(path: Path) -> Iterator[Tuple[int, str]]:
     """(line, text) of every string constant (docstrings and f-string parts included) and every comment."""
     source = path.read_text(encoding="utf-8")
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+    tree = ast.parse(source)
+    # soarpack's own option names (`typer.Option(False, "--trust-remote-code")`) are its CLI, not a platform fact
+    own_options = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                   and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Option" for arg in node.args}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in own_options:
             yield node.lineno, node.value
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:

@@ -38,7 +38,7 @@ def test_platform_run_holds_out_rows_that_never_calibrate(tmp_path, tiny_model_d
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     log = (root / "logs" / "quantize.log").read_text()
     rows = CALIBRATION_DEFAULTS.rows
-    assert f"calibration: {rows} rows used of the {rows} asked (by the recipe), from builtin.jsonl ({rows} rows)" in log, log
+    assert f"calibration: {rows} rows used of the {rows} asked (soarpack's default), from builtin.jsonl ({rows} rows)" in log, log
     assert f"{HELD_OUT_ROWS} held-out rows (files), disjoint" in log, log
     report = json.loads((out / "soarpack_quant_report.json").read_text())
     assert (report["rows"], report["held_out_rows"]) == (CALIBRATION_DEFAULTS.rows, HELD_OUT_ROWS)

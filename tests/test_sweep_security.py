@@ -291,10 +291,18 @@ def test_case_3_check_fails_args_lint_on_the_examples(tmp_path, clean_tree, exam
     root = tmp_path / "bundle"
     pack_tree(clean_tree, tmp_path / "clean.tar.gz")
     safe_extract(tmp_path / "clean.tar.gz", root)
-    manifest = json.loads((root / "MANIFEST.json").read_text())
-    manifest["profile"]["args"] += UNSAFE_EXAMPLES[example]
-    (root / "MANIFEST.json").write_text(json.dumps(manifest))
+    from soarpack.bundle.manifest import render_bundle_env, render_manifest
+
+    # A bundle whose args were edited consistently (MANIFEST, its args_string and bundle.env agree), so that
+    # only the lint can refuse it.
+    meta = {k: v for k, v in json.loads((root / "MANIFEST.json").read_text()).items()
+            if k not in ("format", "files", "total_size")}
+    meta["profile"]["args"] += UNSAFE_EXAMPLES[example]
+    meta["profile"]["args_string"] = shlex.join(meta["profile"]["args"])
+    (root / "bundle.env").write_text(render_bundle_env(render_manifest(None, meta)))
+    (root / "MANIFEST.json").write_text(json.dumps(render_manifest(root, meta).as_json()))
     report = check_bundle(pack_tree(root, tmp_path / "args.tar.gz"), rehearse=False)
+    assert next(s for s in report.steps if s.name == "structure").status == "pass"
     step = next(s for s in report.steps if s.name == "args lint")
     assert step.status == FAIL and "unsafe-token" in step.detail, step.detail
 

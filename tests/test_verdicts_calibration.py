@@ -30,7 +30,7 @@ def test_quantize_says_12_rows_were_used_of_the_recipes_256(tiny, tmp_path):
                                 env={"GPTQMODEL_CPU_WORKERS": "2"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "calibration: 12 rows used of the 256 asked (by the recipe), from mine.jsonl (12 rows)" in text
+    assert "calibration: 12 rows used of the 256 asked (soarpack's default), from mine.jsonl (12 rows)" in text
     assert "note: calibration: 12 rows used of the 256 asked" in text and "244 fewer rows than asked" in text
     report = json.loads((out / "soarpack_quant_report.json").read_text())
     cal = report["calibration"]
@@ -38,7 +38,7 @@ def test_quantize_says_12_rows_were_used_of_the_recipes_256(tiny, tmp_path):
     assert cal["sources"] == [{"file": "mine.jsonl", "rows": 12, "tasks": {"qa": 12}}]
     assert any("12 rows used of the 256 asked" in n for n in report["notes"])
     logged = log.read_text()
-    assert "rows asked 256 (recipe)" in logged and "calibration: 12 rows used of the 256 asked (by the recipe)" in logged
+    assert "rows asked 256 (default)" in logged and "calibration: 12 rows used of the 256 asked (soarpack's default)" in logged
 
 
 def test_calib_preview_says_rows_used_of_rows_asked(tiny, tmp_path):

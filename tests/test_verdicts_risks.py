@@ -163,7 +163,7 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
     fp8 = manifest_risks(json.loads(json.dumps(build_bundle(tmp_path / "f2.tar.gz", profile="fp8", **QUIET).manifest)))
     assert "ori 75-77.5" in fp8[0].message and "C = 0 (elimination)" in fp8[0].message
     short = build_bundle(tmp_path / "s2.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).risks[0]
-    assert "12 calibration rows shipped (calib/00-rows12.jsonl (12 rows)) against the 256 the recipe asks for" in short.message
+    assert "12 calibration rows shipped (calib/00-rows12.jsonl (12 rows)) against the 256 soarpack's default asks for" in short.message
     built_in = build_bundle(tmp_path / "d2.tar.gz", **QUIET)
     assert built_in.manifest["quantize"]["calibration"] == {
         "rows_asked": 256, "asked_by": "recipe", "builtin": True,
@@ -247,7 +247,7 @@ def test_build_prints_the_risks_on_stderr_and_only_the_path_on_stdout(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(out)
     assert "risk profile-below-gate: profile fp8: peers measured ori 75-77.5" in result.stderr
-    assert "calibration: 256 rows shipped of the 256 asked (by the recipe), from the built-in synthetic prompts" in result.stderr
+    assert "calibration: 256 rows shipped of the 256 asked (soarpack's default), from the built-in synthetic prompts" in result.stderr
     as_json = json.loads(CliRunner().invoke(app, ["build", "--profile", "fp8", "--no-wheels", "-o", str(out),
                                                   "--force", "--json"]).stdout)
     assert [r["name"] for r in as_json["risks"]] == ["profile-below-gate", "profile-flagged", "calib-builtin"]

@@ -36,7 +36,7 @@ class StallError(Exception):
 
 T = TypeVar("T")
 
-MAX_REPLY_BYTES = 64 << 20  # a chat completion of 65536 tokens, every character \u-escaped, is far less
+MAX_REPLY_BYTES = 64 << 20  # a chat completion of the eval's max_tokens, every character \u-escaped, is far less
 MAX_LINE_BYTES = 16 << 20  # one streamed `data:` line (its text is cumulative)
 MAX_ERROR_BYTES = 4096  # of a failed reply's body: 200 characters of it are shown
 MAX_MODELS_BYTES = 1 << 20  # the /v1/models answer

@@ -4,7 +4,7 @@ Files are grouped into runs by their label (`--label` of eval/bench), else by th
 are relative: S = 100 × best / ours with `best` the fastest of the compared runs per tier (or the given best
 times), so the fastest run scores 100. A run is below the gate when its eval says C < 1 or is incomplete; it is
 `at risk` when its ori passes but the 95 % interval of its ori (stratified by task, bench.scoring.Gate) reaches the
-79.2 full-credit line.
+full-credit line (soarpack.facts.scoring).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Run:
     name: str
     files: List[str] = field(default_factory=list)
     accuracy: Optional[float] = None  # overall_accuracy of the eval
-    gate: Optional[Gate] = None  # ori_accuracy, its margin to 79.2 and 95 % interval
+    gate: Optional[Gate] = None  # ori_accuracy, its margin to the full-credit line and 95 % interval
     c: Optional[float] = None
     eval_complete: Optional[bool] = None
     per_task: Dict[str, float] = field(default_factory=dict)

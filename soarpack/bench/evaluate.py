@@ -47,7 +47,7 @@ class EvalConfig:
     data: Path
     output: Optional[Path] = None
     model_dir: Optional[Path] = None
-    trust_remote_code: bool = False  # run model_dir's tokenizer code for the stop strings (--trust-remote-code)
+    trust_remote_code: bool = False  # run model_dir's tokenizer code for the stop strings (the user's trust-remote-code flag)
     concurrency: int = 32
     num_samples: Optional[int] = None
     timeout_s: float = PLATFORM_TIMEOUT_S

@@ -84,7 +84,7 @@ class BenchConfig:
     api_base: str
     tiers: Dict[str, Path]  # tier name (s1, s8, smax) → JSONL; absent tiers are skipped as on the platform
     tokenizer_dir: Optional[Path] = None  # required: the user's --model-dir (a server's model id is never opened)
-    trust_remote_code: bool = False  # run the tokenizer folder's own code (--trust-remote-code)
+    trust_remote_code: bool = False  # run the tokenizer folder's own code (the user's trust-remote-code flag)
     output: Optional[Path] = None
     seed: int = 1
     num_prompts: Optional[int] = None

@@ -13,7 +13,7 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False):
     """The tokenizer of a model folder the user named (never one a server named: its id is only a string).
 
     Its own code (`tokenization_*.py` behind an `auto_map`) runs only with `trust_remote_code`, the user's explicit
-    `--trust-remote-code`, as SGLang's bench_serving loads it; when that code cannot be imported here, the same
+    the user's trust-remote-code flag, as SGLang's bench_serving loads it; when that code cannot be imported here, the same
     tokenizer files are loaded without it. Without the flag the files are read as data (tokenizer.json or
     tokenizer.model, tokenizer_config.json)."""
     from soarpack.sala.tokenizer import load_tokenizer as load_from_dir

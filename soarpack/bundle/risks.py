@@ -4,7 +4,7 @@ Computed from what `soarpack build` recorded in MANIFEST.json: the recipe's and 
 (`evidence`) and where the calibration rows come from (`quantize.calibration`). build, check and inspect call
 `manifest_risks`; `verdict` turns the rehearsal's outcome and the risks into the one line check ends with.
 
-    recipe-below-gate, profile-below-gate   a measured ori at or below the 79.2 full-credit line: C < 1 (blocks
+    recipe-below-gate, profile-below-gate   a measured ori at or below the full-credit line: C < 1 (blocks
                                             an upload in `check` unless --accept-risk NAME)
     recipe-flagged, profile-flagged         an evidence entry says why it is risky
     calib-short                             fewer calibration rows shipped than the recipe asks for

@@ -372,9 +372,9 @@ def compare_cmd(
 ) -> None:
     """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final. Exit 1 if a run is below the gate.
 
-    ori is the eval's ori_accuracy, margin its distance to the 79.2 full-credit line, ci95 a 95% interval
-    stratified by task. gate: below (ori <= 79.2, C < 1, or an incomplete eval: exit 1), at risk (the
-    interval reaches 79.2: exit 0, but one rerun may land below), or pass.
+    ori is the eval's ori_accuracy, margin its distance to the full-credit line (C = 1 above it), ci95 a 95% interval
+    stratified by task. gate: below (ori at or below the line, C < 1, or an incomplete eval: exit 1), at risk (the
+    interval reaches the line: exit 0, but one rerun may land below), or pass.
 
     RESULTS are the JSON files of soarpack eval and bench, grouped into runs by their --label (else the served
     model). S = 100 x best / ours with best the fastest compared run's time (or --best-*).

@@ -166,7 +166,7 @@ def check_cmd(
 
     Then the risks to the score, one line each with its evidence, and the verdict: uploadable, uploadable
     with N risks, or NOT uploadable. Exit 0 only when the bundle is uploadable: every rehearsal step passed on
-    the image's stack, and no recipe or profile of it was measured at or below ori 79.2 (C < 1) unless
+    the image's stack, and no recipe or profile of it was measured at or below the full-credit line (C < 1) unless
     --accept-risk names that risk. A failed rehearsal keeps its logs and prints the `soarpack diagnose DIR`
     that reads them.
 

@@ -63,6 +63,7 @@ class Profile(StrictModel):
             "fallback": self.fallback,
             "description": self.description,
             "source": self.source,
+            "evidence": [e.model_dump() for e in self.evidence],
         }
 
 
