@@ -166,7 +166,7 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
     assert "12 calibration rows shipped (calib/00-rows12.jsonl (12 rows)) against the 256 soarpack's default asks for" in short.message
     built_in = build_bundle(tmp_path / "d2.tar.gz", **QUIET)
     assert built_in.manifest["quantize"]["calibration"] == {
-        "rows_asked": 256, "asked_by": "recipe", "builtin": True,
+        "rows_asked": 256, "asked_by": "default", "builtin": True,
         "sources": [{"file": "calib/builtin.jsonl", "rows": 256,
                      "tasks": {"cwe": 51, "fwe": 51, "kv": 51, "mcq": 51, "niah": 52}}]}
 
