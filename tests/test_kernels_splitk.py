@@ -66,7 +66,11 @@ def splitk():
     return mod
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+# bf16 only on a GPU: the CPU interpreter's bf16 tl.dot is wrong (module docstring)
+DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,config", [(1, (64, 1, 4)), (3, (64, 2, 4)), (16, (128, 4, 4)), (7, None)])
 def test_splitk_matches_soarpacks_dequantization(block, splitk, dtype, m, config):
     k, n = 512, 256
@@ -78,7 +82,7 @@ def test_splitk_matches_soarpacks_dequantization(block, splitk, dtype, m, config
     assert out.shape == (m, n) and out.dtype == dtype
     ref = x.float() @ w.t()
     err = ((out.float() - ref).norm() / ref.norm()).item()
-    assert err < {torch.float16: 1e-3, torch.float32: 1e-6}[dtype], err
+    assert err < {torch.float16: 1e-3, torch.float32: 1e-6, torch.bfloat16: 5e-3}[dtype], err
     if dtype == torch.float32:
         return
     # at least as close as the dequantize route of patch 04 (weight rounded to the activations' dtype first)
@@ -101,3 +105,31 @@ def test_default_config_splits_k_into_whole_groups(splitk):
         bn, split, _ = splitk.default_config(n, k)
         assert n % bn == 0 and (k // 128) % split == 0
         assert (n // bn) * split >= 132 or split == k // 128 or (n // bn) * split * 2 > 2 * 132
+
+
+def test_the_benchmark_renders_the_decode_kernels_table():
+    """benchmarks/gpu_w4_dispatch.py --render: the split-K table (µs, ratio to floor, to Marlin, to bf16) from the
+    row fields the benchmark writes; a result without them renders as before."""
+    import json
+    import sys
+    from pathlib import Path
+
+    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench_dir))
+    import gpu_w4_dispatch as B
+
+    res = json.loads((bench_dir / "results" / "w4_dispatch_2026-12-01.json").read_text())
+    assert "split-K" not in B.render_markdown(res)
+    row = next(r for r in res["rows"] if r["class"] == "gate_up" and r["bits"] == 4 and r["M"] == 1)
+    row.update({"splitk_us": 20.0, "splitk_err": 2.0e-3, "splitk_config": [128, 2, 4],
+                "splitk 128,4,4_us": 18.5, "splitk 64,-,4_us": 25.0})
+    for rt in ("splitk",):
+        row[f"{rt}_vs_floor"] = row[f"{rt}_us"] / row["read_floor_us"]
+        row[f"{rt}_vs_bf16"] = row[f"{rt}_us"] / row["bf16_us"]
+    row["splitk_vs_marlin"] = row["splitk_us"] / row["marlin_us"]
+    lines = [ln for ln in B.render_markdown(res).splitlines() if ln.startswith("| 32768x4096 (gate_up) | 1 |")]
+    assert len(lines) == 1
+    cells = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert cells[5] == "20.0" and cells[6] == f"{20.0 / row['read_floor_us']:.2f}"
+    assert cells[7] == f"{20.0 / row['marlin_us']:.2f}" and cells[8] == f"{20.0 / row['bf16_us']:.2f}"
+    assert cells[-1] == "128,4,4: 18.5"
