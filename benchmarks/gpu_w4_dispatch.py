@@ -208,7 +208,7 @@ def suggest_thresholds(rows) -> dict:
 def render_splitk(res: dict) -> str:
     """The decode kernel's table: W4, M <= 16, µs and its ratios to the read floor, Marlin and bf16."""
     lines = ["| shape (class) | M | read floor | bf16 | Marlin | split-K | split-K/floor | split-K/Marlin | split-K/bf16 "
-             "| Marlin/floor | err split-K | config (BN, split, warps) | best of sweep |",
+             "| Marlin/floor | err split-K | config (BN, split, warps, contiguous) | best of sweep |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in res["rows"]:
         if "splitk_us" not in r:

@@ -71,7 +71,8 @@ DTYPES = [torch.float16, torch.float32] + ([torch.bfloat16] if torch.cuda.is_ava
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,config", [(1, (64, 1, 4)), (3, (64, 2, 4)), (16, (128, 4, 4)), (7, None)])
+@pytest.mark.parametrize("m,config", [(1, (64, 1, 4)), (3, (64, 2, 4)), (16, (128, 4, 4)), (7, None),
+                                      (2, (64, 1, 4, 1)), (16, (128, 2, 4, 1))])
 def test_splitk_matches_soarpacks_dequantization(block, splitk, dtype, m, config):
     k, n = 512, 256
     _, w, marlin_q, marlin_s = _layer(block, k, n, seed=m)
@@ -102,7 +103,7 @@ def test_splitk_refuses_what_it_does_not_take(block, splitk):
 
 def test_default_config_splits_k_into_whole_groups(splitk):
     for n, k in ((4096, 4096), (4608, 4096), (12288, 4096), (32768, 4096), (4096, 16384)):
-        bn, split, _ = splitk.default_config(n, k)
+        bn, split, _, _ = splitk.default_config(n, k)
         assert n % bn == 0 and (k // 128) % split == 0
         assert (n // bn) * split >= 132 or split == k // 128 or (n // bn) * split * 2 > 2 * 132
 

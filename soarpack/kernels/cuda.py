@@ -133,14 +133,20 @@ def load_marlin(marlin_ext: Optional[str]) -> Optional[str]:
     except Exception:
         pass
     if marlin_ext:
+        from pathlib import Path
+
+        from soarpack.errors import ConfigError
+
+        if not Path(marlin_ext).is_file():
+            raise ConfigError(f"--marlin-ext {marlin_ext} does not exist",
+                              "build it with benchmarks/build_marlin_ext.py, or leave it out to measure without Marlin")
         torch.ops.load_library(str(marlin_ext))
         return f"extension {marlin_ext} (benchmarks/build_marlin_ext.py)"
     return None
 
 
 class CudaBackend:
-    def __init__(self, marlin_ext: Optional[str] = None, dispatch: Optional[str] = None, seed: int = 0,
-                 splitk_configs=None):
+    def __init__(self, marlin_ext: Optional[str] = None, dispatch: Optional[str] = None, seed: int = 0):
         from soarpack.kernels import w4_splitk
         from soarpack.kernels.block import load_dispatch_block
 
@@ -148,7 +154,6 @@ class CudaBackend:
         self.marlin = load_marlin(marlin_ext)
         self.block = load_dispatch_block(dispatch=dispatch)
         self.splitk = w4_splitk
-        self.splitk_configs = splitk_configs
         self.gen = torch.Generator(device="cuda").manual_seed(seed)
         self.checks = {}
 

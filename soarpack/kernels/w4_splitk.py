@@ -47,7 +47,8 @@ if triton is not None:
 
     @triton.jit
     def _w4_splitk_kernel(X, B, S, INV_S, P, M, size_n, size_k, b_stride, k_per_split,
-                          BN: tl.constexpr, BK: tl.constexpr, BMc: tl.constexpr, DIRECT: tl.constexpr):
+                          BN: tl.constexpr, BK: tl.constexpr, BMc: tl.constexpr, DIRECT: tl.constexpr,
+                          CONTIGUOUS: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         HN: tl.constexpr = BN // 2
@@ -71,7 +72,14 @@ if triton is not None:
         acc1 = tl.zeros((BMc, HN), dtype=tl.float32)
         k_begin = pid_k * k_per_split
         for k0 in range(k_begin, k_begin + k_per_split, BK):
-            words = tl.load(B + ((k0 // 16 + kr) * b_stride + 4 * bk)[:, None] + word_n[None, :])  # [QK, HN]
+            if CONTIGUOUS:  # the BK/16 packed rows as they lie (coalesced), then Marlin's order undone in registers
+                rows = tl.arange(0, BK // 16)
+                cols = pid_n * (BN * 2) + tl.arange(0, BN * 2)
+                raw = tl.load(B + (k0 // 16 + rows)[:, None] * b_stride + cols[None, :])  # [BK/16, 2*BN]
+                raw = tl.reshape(raw, (BK // 16, BN // 64, 8, 4, 4))  # (kr, tile_n, a, bk, bn)
+                words = tl.reshape(tl.permute(raw, (0, 3, 1, 2, 4)), (QK, HN))  # (kr, bk) x (tile_n, a, bn)
+            else:  # one strided gather: each word once, straight into (kr, bk) x (tile_n, a, bn)
+                words = tl.load(B + ((k0 // 16 + kr) * b_stride + 4 * bk)[:, None] + word_n[None, :])  # [QK, HN]
             kbase = k0 + 16 * kr + 2 * bk
             part0 = tl.zeros((BMc, HN), dtype=tl.float32)
             part1 = tl.zeros((BMc, HN), dtype=tl.float32)
@@ -124,8 +132,8 @@ def supports(m: int, size_n: int, size_k: int, num_bits: int, group_size: int = 
             and size_n % 64 == 0 and size_k % GROUP == 0)
 
 
-def default_config(size_n: int, size_k: int, sms: int = 132) -> Tuple[int, int, int]:
-    """(BN, split_k, num_warps): about two programs per SM, each K split a whole number of groups.
+def default_config(size_n: int, size_k: int, sms: int = 132) -> Tuple[int, int, int, int]:
+    """(BN, split_k, num_warps, contiguous): about two programs per SM, each K split a whole number of groups.
     A starting point only; the device run sweeps SPLITK_CONFIGS."""
     bn = 128 if size_n % 128 == 0 else 64
     blocks = size_n // bn
@@ -133,16 +141,19 @@ def default_config(size_n: int, size_k: int, sms: int = 132) -> Tuple[int, int, 
     split = 1
     while blocks * split < 2 * sms and split * 2 <= groups and groups % (split * 2) == 0:
         split *= 2
-    return bn, split, 4
+    return bn, split, 4, 0
 
 
-SPLITK_CONFIGS = ((64, None, 4), (128, None, 4), (128, 1, 4), (128, 2, 4), (128, 4, 4), (128, 8, 4),
-                  (256, None, 8), (128, None, 8))  # (BN, split or None for default_config's, warps)
+# (BN, split or None for default_config's, warps, contiguous load 0/1): what --splitk-sweep times
+SPLITK_CONFIGS = ((64, None, 4, 0), (128, None, 4, 0), (128, 1, 4, 0), (128, 2, 4, 0), (128, 4, 4, 0),
+                  (128, 8, 4, 0), (256, None, 8, 0), (128, None, 8, 0),
+                  (64, None, 4, 1), (128, None, 4, 1), (128, 4, 4, 1), (256, None, 8, 1))
 
 
 def w4_splitk_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, size_n: int, size_k: int,
-                   config: Optional[Tuple[int, Optional[int], int]] = None) -> torch.Tensor:
-    """x [M, size_k] (bf16/fp16, M <= 16) @ W.T from Marlin's layout -> [M, size_n] in x's dtype."""
+                   config: Optional[tuple] = None) -> torch.Tensor:
+    """x [M, size_k] (bf16/fp16, M <= 16) @ W.T from Marlin's layout -> [M, size_n] in x's dtype.
+    `config`: (BN, split_k or None, num_warps[, contiguous]); default_config's when None."""
     if triton is None:
         raise RuntimeError("the split-K W4 kernel needs triton")
     m = x.shape[0]
@@ -150,9 +161,10 @@ def w4_splitk_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Te
         raise ValueError(f"w4_splitk_gemm takes W4 g128 with M <= {MAX_M}, size_n % 64, size_k % 128; "
                          f"got M={m}, {size_n}x{size_k}")
     x = x.contiguous()
-    bn, split, warps = default_config(size_n, size_k)
+    bn, split, warps, contiguous = default_config(size_n, size_k)
     if config is not None:
         bn, split, warps = config[0], config[1] or default_config(size_n, size_k)[1], config[2]
+        contiguous = int(config[3]) if len(config) > 3 else 0
     if size_n % bn:
         raise ValueError(f"BN {bn} does not divide size_n {size_n}")
     groups = size_k // GROUP
@@ -163,7 +175,7 @@ def w4_splitk_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Te
     partials = out if direct else torch.empty((split, m, size_n), dtype=torch.float32, device=x.device)
     _w4_splitk_kernel[(size_n // bn, split)](
         x, weight, weight_scale, _inv_s(x.device), partials, m, size_n, size_k, weight.stride(0),
-        size_k // split, BN=bn, BK=GROUP, BMc=BM, DIRECT=direct, num_warps=warps)
+        size_k // split, BN=bn, BK=GROUP, BMc=BM, DIRECT=direct, CONTIGUOUS=bool(contiguous), num_warps=warps)
     if not direct:
         total = m * size_n
         block = 1024
