@@ -26,6 +26,7 @@ def _linears(w):
     return {(ln.cls, ln.bits): ln.count for ln in w.linears}
 
 
+@pytest.mark.needs_torch  # the release shape comes from soarpack.sala.release (imports torch)
 def test_recipe_workloads_count_the_fused_linears_of_the_release_shape():
     full = recipe_workload("w4-full")
     assert _linears(full) == {("sparse_qkv", 4): 8, ("lightning_qkv", 4): 24, ("attn", 4): 64,
@@ -39,6 +40,7 @@ def test_recipe_workloads_count_the_fused_linears_of_the_release_shape():
     assert all(ln.dispatchable for ln in full.linears)
 
 
+@pytest.mark.needs_torch  # quant.finalize imports gptq_format (torch)
 def test_checkpoint_workload_reads_quantize_config(tmp_path):
     from soarpack.kernels.workload import checkpoint_workload
     from soarpack.quant.finalize import quantization_config
@@ -87,6 +89,7 @@ def test_the_spec_is_read_back_by_patch_04_exactly():
     assert block.SOARPACK_W4_SHAPE_CLASSES == SHAPE_CLASSES  # one naming of the shape classes
 
 
+@pytest.mark.needs_torch  # the release shape comes from soarpack.sala.release (imports torch)
 def test_run_through_a_stand_in_backend_gives_the_table_rollup_and_spec():
     kernels_standin.CALLS.clear()
     res = K.run_kernels(recipes=["w4-mlp", "w4-full"], ms=[1, 8, 16, 256, 8192], backend=kernels_standin.backend())
@@ -115,6 +118,7 @@ def test_run_through_a_stand_in_backend_gives_the_table_rollup_and_spec():
     json.dumps(res)  # JSON-ready
 
 
+@pytest.mark.needs_torch  # the release shape comes from soarpack.sala.release (imports torch)
 def test_cli_json_with_the_stand_in(monkeypatch):
     monkeypatch.setenv(K.BACKEND_ENV, STANDIN)
     r = CliRunner().invoke(app, ["kernels", "--recipe", "w4-mlp", "--m", "1,8,8192", "--json"])

@@ -186,8 +186,12 @@ def workloads_for(ckpt=None, recipes: Sequence[str] = ()) -> List[Workload]:
 def run_kernels(ckpt=None, recipes: Sequence[str] = (), ms: Iterable[int] = M_DEFAULT, backend=None,
                 marlin_ext: Optional[str] = None) -> dict:
     """`soarpack kernels` as a function: the table, the roll-up and the thresholds, as one JSON-ready dict."""
-    workloads = workloads_for(ckpt, recipes)
+    try:  # bad input is reported before any GPU work
+        workloads = workloads_for(ckpt, recipes)
+    except ImportError:  # no torch: the release shape needs it, and so does any measurement (next line says so)
+        workloads = None
     backend = backend or open_backend(marlin_ext)
+    workloads = workloads or workloads_for(ckpt, recipes)
     res = measure_table(workloads, backend, ms)
     res["workloads"] = [{"name": w.name, "source": w.source,
                          "linears": [dict(ln.__dict__) for ln in w.linears]} for w in workloads]
