@@ -40,6 +40,7 @@ python3 benchmarks/gpu_w4_dispatch.py --render "$OUT/w4_dispatch.json" > "$OUT/w
 step "3. soarpack kernels, every built-in recipe"
 timeout 240 python3 -m soarpack kernels --marlin-ext "$SO" --out "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
 echo "rc=$?"; tail -30 "$OUT/kernels.txt"
+python3 benchmarks/gpu_w4_dispatch.py --render "$OUT/w4_dispatch.json" --compare-kernels "$OUT/kernels.json"
 
 step "done"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader

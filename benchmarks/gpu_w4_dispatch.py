@@ -300,6 +300,19 @@ def render_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def compare_kernels(bench: dict, kernels: dict) -> dict:
+    """Per route, the ratios `soarpack kernels` time / this benchmark's phase-1 time over every (class, bits, M)
+    both measured: (min, median, max, count). The issue asks for the two tables to match within noise."""
+    mine = {(r["class"], r["bits"], r["M"]): r for r in bench["rows"]}
+    ratios = {}
+    for r in kernels["rows"]:
+        b = mine.get((r["class"], r["bits"], r["M"]))
+        for rt in ("bf16", "marlin", "dequant", "splitk"):
+            if b and r.get(f"{rt}_us") and b.get(f"{rt}_us"):
+                ratios.setdefault(rt, []).append(r[f"{rt}_us"] / b[f"{rt}_us"])
+    return {rt: (min(v), statistics.median(v), max(v), len(v)) for rt, v in ratios.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ext", type=Path, default=Path("missing.so"))
@@ -312,9 +325,16 @@ def main() -> None:
     ap.add_argument("--splitk-sweep", action="store_true",
                     help="also time the split-K kernel under every config of w4_splitk.SPLITK_CONFIGS (W4, M <= 16)")
     ap.add_argument("--render", type=Path, help="print the markdown tables of a --json file and exit (no GPU)")
+    ap.add_argument("--compare-kernels", type=Path, metavar="KERNELS_JSON",
+                    help="with --render: how `soarpack kernels --out` times compare with this run's (no GPU)")
     args = ap.parse_args()
     if args.render:
-        print(render_markdown(json.loads(args.render.read_text())))
+        bench = json.loads(args.render.read_text())
+        if args.compare_kernels:
+            for rt, (lo, med, hi, n) in compare_kernels(bench, json.loads(args.compare_kernels.read_text())).items():
+                print(f"soarpack kernels / benchmark, {rt}: median {med:.3f}, range {lo:.3f}-{hi:.3f} over {n} rows")
+            return
+        print(render_markdown(bench))
         return
 
     torch.backends.cuda.matmul.allow_tf32 = False

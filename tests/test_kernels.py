@@ -145,3 +145,25 @@ def test_cli_says_it_needs_a_cuda_gpu(monkeypatch):
     assert "needs a CUDA GPU" in r.output
     r = CliRunner().invoke(app, ["kernels", "--m", "1,x"])
     assert r.exit_code == 2 and "--m" in r.output
+
+
+def test_a_bad_backend_or_marlin_path_is_one_error_line(monkeypatch, tmp_path):
+    monkeypatch.setenv(K.BACKEND_ENV, "no_such_module:backend")
+    r = CliRunner().invoke(app, ["kernels", "--recipe", "w4-mlp"])
+    assert r.exit_code == 2 and "SOARPACK_KERNELS_BACKEND=no_such_module:backend: cannot load it" in r.output
+
+
+@pytest.mark.needs_torch
+def test_a_missing_marlin_extension_is_refused(tmp_path):
+    from soarpack.kernels.cuda import load_marlin
+
+    pytest.importorskip("torch")
+    try:
+        import sgl_kernel  # noqa: F401
+
+        pytest.skip("sgl_kernel imports here: it is taken before --marlin-ext")
+    except ImportError:
+        pass
+    with pytest.raises(K.ConfigError, match="does not exist"):
+        load_marlin(str(tmp_path / "missing.so"))
+    assert load_marlin(None) is None

@@ -134,3 +134,22 @@ def test_the_benchmark_renders_the_decode_kernels_table():
     assert cells[5] == "20.0" and cells[6] == f"{20.0 / row['read_floor_us']:.2f}"
     assert cells[7] == f"{20.0 / row['marlin_us']:.2f}" and cells[8] == f"{20.0 / row['bf16_us']:.2f}"
     assert cells[-1] == "128,4,4: 18.5"
+
+
+def test_the_benchmark_compares_soarpack_kernels_with_its_own_rows():
+    import json
+    import sys
+    from pathlib import Path
+
+    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench_dir))
+    import gpu_w4_dispatch as B
+
+    bench = json.loads((bench_dir / "results" / "w4_dispatch_2026-12-01.json").read_text())
+    rows = [dict(r, bf16_us=r["bf16_us"] * 1.1, marlin_us=r["marlin_us"] * (0.9 if r["M"] == 1 else 1.0))
+            for r in bench["rows"] if r["bits"] == 4]
+    out = B.compare_kernels(bench, {"rows": rows})
+    n = len(rows)
+    assert out["bf16"] == pytest.approx((1.1, 1.1, 1.1, n)) and out["dequant"] == pytest.approx((1.0, 1.0, 1.0, n))
+    assert out["marlin"][0] == pytest.approx(0.9) and out["marlin"][1:] == pytest.approx((1.0, 1.0, n))
+    assert "splitk" not in out

@@ -14,7 +14,7 @@ from soarpack.cli import command
 
 @command("kernels")
 def kernels(
-    ckpt: Optional[Path] = typer.Argument(None, metavar="[CKPT]", help="A quantized checkpoint (its config.json and quantize_config.json)."),
+    ckpt: Optional[Path] = typer.Argument(None, metavar="CKPT", help="A quantized checkpoint (its config.json and quantize_config.json)."),
     recipe: Optional[List[str]] = typer.Option(None, "--recipe", metavar="NAME", help="A recipe name or .toml instead of a checkpoint (repeatable). Neither: every built-in recipe."),
     m: Optional[str] = typer.Option(None, "--m", metavar="M,...", help="Row counts to time (default 1,2,4,8,16,32,64,128,256,512,1024,2048,8192)."),
     marlin_ext: Optional[Path] = typer.Option(None, "--marlin-ext", metavar="SO", help="Marlin built by benchmarks/build_marlin_ext.py, when sgl_kernel does not import."),
