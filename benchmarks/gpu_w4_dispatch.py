@@ -60,10 +60,6 @@ ROUTES = ("bf16", "marlin", "dequant", "dispatch")
 HAVE_MARLIN = True
 L2_BYTES = 256 << 20  # cycle weight copies until the graph touches this much (the H200's L2 is 60 MB)
 
-# Per decode step / prefill chunk: the decoder's 32 layers (8 sparse, 24 Lightning), lm_head left out.
-LAYER_MODULES = {"sparse": [("sparse_qkv", "attn"), ("attn", "attn"), ("attn", "attn"), ("gate_up", "mlp"), ("down", "mlp")],
-                 "lightning": [("lightning_qkv", "attn"), ("attn", "attn"), ("attn", "attn"), ("gate_up", "mlp"), ("down", "mlp")]}
-N_SPARSE, N_LIGHTNING, LIGHTNING_LAST_W8 = 8, 24, 8
 
 
 # The timing, the tensors and the Marlin layout are the library's (soarpack kernels measures the same way).
@@ -224,33 +220,25 @@ def render_splitk(res: dict) -> str:
 
 
 def rollup(rows) -> list:
-    """Decoder linears per step (M) for each recipe, with Marlin only and with the dispatch."""
-    t = {(r["class"], r["bits"], r["M"]): r for r in rows}
-    recipes = {"bf16": lambda kind, part, li: 16, "w4-mlp": lambda kind, part, li: 4 if part == "mlp" else 16,
-               "w4-full": lambda kind, part, li: 4,
-               "w4-balanced": lambda kind, part, li: 8 if part == "attn" and (kind == "sparse" or li >= N_LIGHTNING - LIGHTNING_LAST_W8) else 4}
+    """Decoder linears per step (M = 1, 8, 32, 8192) for bf16 and each built-in recipe, Marlin only and with the
+    dispatch (phase 2's times), plus the best measured route per linear (split-K included) and the read floor:
+    soarpack.kernels.measure.rollup on the recipes' own module counts."""
+    from soarpack.kernels.measure import rollup as library_rollup
+    from soarpack.kernels.workload import bf16_workload, recipe_workload
+    from soarpack.quant.recipe import list_recipes
+
+    lib_rows = []
+    for r in rows:
+        n, k = (int(v) for v in r["shape"].split("x"))
+        lib_rows.append(dict(r, size_n=n, size_k=k, bf16_us=r["bf16_again_us"], marlin_us=r["marlin_again_us"]))
+    workloads = [bf16_workload()] + [recipe_workload(name) for name in list_recipes()]
+    ms = sorted({r["M"] for r in rows})
     out = []
-    for m in (1, 8, 32, 8192):
-        if (("attn", 4, m) not in t):
-            continue
-        for name, bits_of in recipes.items():
-            tot = {"marlin": 0.0, "dispatch": 0.0}
-            for kind, count in (("sparse", N_SPARSE), ("lightning", N_LIGHTNING)):
-                for li in range(count):
-                    for cls, part in LAYER_MODULES[kind]:
-                        bits = bits_of(kind, part, li)
-                        if bits == 16:
-                            us = t[(cls, 4, m)]["bf16_again_us"]
-                            tot["marlin"] += us
-                            tot["dispatch"] += us
-                        else:
-                            tot["marlin"] += t[(cls, bits, m)]["marlin_again_us"]
-                            tot["dispatch"] += t[(cls, bits, m)]["dispatch_us"]
-            out.append({"M": m, "recipe": name, "marlin_ms": tot["marlin"] / 1e3, "dispatch_ms": tot["dispatch"] / 1e3})
-    base = {r["M"]: r["marlin_ms"] for r in out if r["recipe"] == "bf16"}
-    for r in out:
-        r["marlin_vs_bf16"] = r["marlin_ms"] / base[r["M"]]
-        r["dispatch_vs_bf16"] = r["dispatch_ms"] / base[r["M"]]
+    for r in library_rollup(workloads, lib_rows, {}, ms):
+        out.append({"M": r["M"], "recipe": r["workload"], "marlin_ms": r["marlin_ms"], "dispatch_ms": r["dispatch_ms"],
+                    "marlin_vs_bf16": r["marlin_vs_bf16"], "dispatch_vs_bf16": r["dispatch_vs_bf16"],
+                    "best_ms": r["best_ms"], "floor_ms": r["floor_ms"],
+                    "best_vs_floor": r["best_ms"] / r["floor_ms"] if r["best_ms"] and r["floor_ms"] else None})
     return out
 
 
@@ -290,11 +278,14 @@ def render_markdown(res: dict) -> str:
             f"{r['dequant_vs_bf16']:.2f} | {r['winner_w4']} | {r['dispatch_route']} | {r['dispatch_us']:.1f} | "
             f"{r['dispatch_vs_bf16']:.2f} | {r['dispatch_vs_marlin']:.2f} | {r['dispatch_vs_floor']:.1f} | "
             f"{r['marlin_err']:.1e} | {r['dequant_err']:.1e} | {r['dispatch_err']:.1e} |")
-    lines += ["", "| step | recipe | Marlin only | with the dispatch |", "|---|---|---:|---:|"]
+    best = any("best_ms" in r for r in res["rollup"])  # results from before issue 30 have no best / floor
+    lines += ["", "| step | recipe | Marlin only | with the dispatch |" + (" best route per linear | read floor |" if best else ""),
+              "|---|---|---:|---:|" + ("---:|---:|" if best else "")]
     for r in res["rollup"]:
         step = "prefill chunk of 8192 tokens" if r["M"] == 8192 else f"decode step, {r['M']} running"
         lines.append(f"| {step} | {r['recipe']} | {r['marlin_ms']:.2f} ms ({r['marlin_vs_bf16']:.2f}x) | "
-                     f"{r['dispatch_ms']:.2f} ms ({r['dispatch_vs_bf16']:.2f}x) |")
+                     f"{r['dispatch_ms']:.2f} ms ({r['dispatch_vs_bf16']:.2f}x) |"
+                     + (f" {r['best_ms']:.2f} ms ({r['best_vs_floor']:.2f}x floor) | {r['floor_ms']:.2f} ms |" if best else ""))
     if any("splitk_us" in r for r in res["rows"]):
         lines += ["", render_splitk(res)]
     return "\n".join(lines)

@@ -153,3 +153,24 @@ def test_the_benchmark_compares_soarpack_kernels_with_its_own_rows():
     assert out["bf16"] == pytest.approx((1.1, 1.1, 1.1, n)) and out["dequant"] == pytest.approx((1.0, 1.0, 1.0, n))
     assert out["marlin"][0] == pytest.approx(0.9) and out["marlin"][1:] == pytest.approx((1.0, 1.0, n))
     assert "splitk" not in out
+
+
+def test_the_benchmarks_rollup_is_the_librarys_and_reproduces_the_h200_run():
+    """The roll-up of §5 was summed from a hard-coded layer composition; the library's, from the recipes' own
+    plans, gives the same totals from the same rows (Marlin only and with the dispatch, every recipe and step)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench_dir))
+    import gpu_w4_dispatch as B
+
+    res = json.loads((bench_dir / "results" / "w4_dispatch_2026-12-01.json").read_text())
+    stored = {(r["recipe"], r["M"]): r for r in res["rollup"]}
+    new = {(r["recipe"], r["M"]): r for r in B.rollup(res["rows"])}
+    assert set(new) == set(stored)
+    for key, r in stored.items():
+        assert new[key]["marlin_ms"] == pytest.approx(r["marlin_ms"], rel=1e-9), key
+        assert new[key]["dispatch_ms"] == pytest.approx(r["dispatch_ms"], rel=1e-9), key
+        assert new[key]["floor_ms"] < new[key]["best_ms"] <= new[key]["marlin_ms"] * (1 + 1e-9)
