@@ -6,7 +6,14 @@ M-dispatch of patch 04-w4-dispatch, with numerics at every M.
 
 --ext    the fork's Marlin built by benchmarks/build_marlin_ext.py (registers sgl_kernel::gptq_marlin_gemm/_repack)
 --fork   a fork python/ tree with the soarpack patch set applied: the dispatch code is the block that patch
-         04-w4-dispatch adds to its marlin_utils.py, run as that file has it (benchmarks/w4_dispatch_block.py)
+         04-w4-dispatch adds to its marlin_utils.py, run as that file has it (benchmarks/w4_dispatch_block.py);
+         without --fork, the same block read from sglang/04-w4-dispatch.patch (soarpack.kernels.block)
+--splitk-sweep  also time soarpack/kernels/w4_splitk.py under each of its SPLITK_CONFIGS (W4, M <= 16)
+
+Marlin: the image's sgl_kernel when it imports, else --ext. Timing, tensors and the layout check are
+soarpack.kernels.cuda's (what `soarpack kernels` runs); the thresholds are soarpack.kernels.thresholds'.
+The split-K decode kernel (soarpack/kernels/w4_splitk.py, not routed by the patch) is timed in phase 1 at W4 and
+M <= 16 ("splitk" columns, its own table in --render), with its error against the same fp32 reference.
 
 Every SALA linear as the fork fuses it (sparse qkv 4608x4096; o, o_gate, Lightning z, o 4096x4096; Lightning qkv
 12288x4096; gate_up 32768x4096; down 4096x16384), W4 (uint4b8) and W8 (uint8b128), group 128, symmetric, random
@@ -53,111 +60,19 @@ ROUTES = ("bf16", "marlin", "dequant", "dispatch")
 HAVE_MARLIN = True
 L2_BYTES = 256 << 20  # cycle weight copies until the graph touches this much (the H200's L2 is 60 MB)
 
-# Per decode step / prefill chunk: the decoder's 32 layers (8 sparse, 24 Lightning), lm_head left out.
-LAYER_MODULES = {"sparse": [("sparse_qkv", "attn"), ("attn", "attn"), ("attn", "attn"), ("gate_up", "mlp"), ("down", "mlp")],
-                 "lightning": [("lightning_qkv", "attn"), ("attn", "attn"), ("attn", "attn"), ("gate_up", "mlp"), ("down", "mlp")]}
-N_SPARSE, N_LIGHTNING, LIGHTNING_LAST_W8 = 8, 24, 8
 
 
-class Graph:
-    """fns (called in turn) captured once in a CUDA graph; `time()` gives seconds per call of one fn."""
+# The timing, the tensors and the Marlin layout are the library's (soarpack kernels measures the same way).
+from soarpack.kernels.cuda import (Graph, device_ceilings, interleaved, load_marlin, make_layer, rel_err,  # noqa: E402,F401
+                                   to_marlin as _to_marlin)
+from soarpack.kernels.thresholds import choose_thresholds  # noqa: E402
+from soarpack.kernels import w4_splitk  # noqa: E402
 
-    def __init__(self, fns):
-        for fn in fns:
-            fn()
-        torch.cuda.synchronize()
-        self.n = len(fns)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for fn in fns:
-                fn()
-        self.graph.replay()
-        torch.cuda.synchronize()
-        self.iters = None
-
-    def time(self, min_time: float = 0.02) -> float:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if self.iters is None:
-            a.record()
-            self.graph.replay()
-            b.record()
-            torch.cuda.synchronize()
-            self.iters = max(3, min(200, int(min_time / max(a.elapsed_time(b) / 1000, 1e-7))))
-        a.record()
-        for _ in range(self.iters):
-            self.graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        return a.elapsed_time(b) / 1000 / self.iters / self.n
-
-
-def interleaved(graphs: dict, rounds: int = 3) -> dict:
-    """Median seconds per call of each graph, timed in turn for `rounds` rounds (so drift in clocks or
-    temperature falls on every route alike)."""
-    times = {k: [] for k in graphs}
-    for _ in range(rounds):
-        for k, g in graphs.items():
-            times[k].append(g.time())
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def graph_time(fns, min_time: float = 0.03) -> float:
-    return interleaved({"x": Graph(fns)})["x"]
-
-
-def device_ceilings() -> dict:
-    n = 1 << 30  # 4 GiB of fp32
-    x = torch.randn(n, device="cuda", dtype=torch.float32)
-    out = torch.empty((), device="cuda")
-    t_read = graph_time([lambda: torch.sum(x, dim=0, out=out)])
-    y = torch.empty(n // 2, device="cuda")
-    src = x[: n // 2]
-    t_copy = graph_time([lambda: y.copy_(src)])
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t_mm = graph_time([lambda: torch.matmul(a, bm)])
-    res = {"read_GBps": n * 4 / t_read / 1e9, "copy_GBps": (n // 2) * 4 * 2 / t_copy / 1e9,
-           "bf16_TFLOPs": 2 * 8192**3 / t_mm / 1e12}
-    del x, y, a, bm
-    torch.cuda.empty_cache()
-    return res
-
-
-def rel_err(out, ref) -> float:
-    out = out.float()
-    if not torch.isfinite(out).all():
-        return float("nan")
-    return ((out - ref).norm() / ref.norm()).item()
-
-
-def make_layer(size_n: int, size_k: int, bits: int, gen) -> dict:
-    """Random GPTQ v1 tensors as soarpack writes them (sym, g128), on the GPU."""
-    from soarpack.quant.gptq_format import dequantize
-
-    pf, groups = 32 // bits, size_k // 128
-    qweight = torch.randint(-2**31, 2**31 - 1, (size_k // pf, size_n), generator=gen, device="cuda", dtype=torch.int32)
-    zero_word = {4: 0x77777777, 8: 0x7F7F7F7F}[bits]
-    qzeros = torch.full((groups, size_n // pf), zero_word, device="cuda", dtype=torch.int32)
-    scales = ((torch.rand(groups, size_n, generator=gen, device="cuda") * 0.02 + 0.002)
-              .to(torch.bfloat16).to(torch.float16))  # exact in both
-    g_idx = torch.arange(size_k, device="cuda", dtype=torch.int32) // 128
-    w_ref = dequantize(qweight, qzeros, scales, g_idx, bits, 128, dtype=torch.float32)  # [n, k]
-    return {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx, "w_ref": w_ref}
+SPLITK_M = 16  # the split-K decode kernel (soarpack/kernels/w4_splitk.py) is timed at W4, M <= 16; not routed
 
 
 def to_marlin(block, layer: dict, size_n: int, size_k: int, bits: int) -> tuple:
-    """(Marlin qweight, Marlin scales) as the fork's process_weights_after_loading makes them, and whether the
-    CUDA repack equals the patch's reference layout."""
-    from soarpack.quant.gptq_format import unpack_rows
-
-    empty = torch.empty(0, dtype=torch.int32, device="cuda")
-    perm = torch.tensor(block._sp_scale_perm(), device="cuda", dtype=torch.long)
-    sm = layer["scales"].to(torch.bfloat16).reshape(-1, 64)[:, perm].reshape(-1, size_n).contiguous()
-    ref_layout = block.soarpack_marlin_reference_repack(unpack_rows(layer["qweight"], bits), bits)
-    if not HAVE_MARLIN:  # no extension: the reference layout, and no Marlin route
-        return ref_layout, sm, None
-    qm = torch.ops.sgl_kernel.gptq_marlin_repack(layer["qweight"].contiguous(), empty, size_k, size_n, bits)
-    return qm, sm, bool(torch.equal(qm, ref_layout))
+    return _to_marlin(block, layer, size_n, size_k, bits, HAVE_MARLIN)
 
 
 def bench_shape(block, cls: str, bits: int, ms, ceilings: dict, gen) -> list:
@@ -184,6 +99,9 @@ def bench_shape(block, cls: str, bits: int, ms, ceilings: dict, gen) -> list:
     def call(route, x, c):
         if route == "bf16":
             return F.linear(x, wbs[c % bf_copies])
+        if route.startswith("splitk"):  # "splitk" (default config) or "splitk BN,SPLIT,WARPS" (the --tune sweep)
+            cfg = tuple(None if v == "-" else int(v) for v in route[7:].split(",")) if " " in route else None
+            return w4_splitk.w4_splitk_gemm(x, qms[c], sms_[c], size_n, size_k, config=cfg)
         return block.soarpack_w4_gemm(x, qms[c], sms_[c], empty, empty, empty, workspace, wtype_id, bits, size_n,
                                       size_k, True, False, True, route=None if route == "dispatch" else route)
 
@@ -219,10 +137,15 @@ def bench_shape(block, cls: str, bits: int, ms, ceilings: dict, gen) -> list:
         row["mma_floor_us"] = 2 * m * size_n * size_k / (ceilings["bf16_TFLOPs"] * 1e12) * 1e6
         alone = {"dequant_alone": Graph([(lambda c=c: block.soarpack_marlin_dequant(qms[c], sms_[c], size_k, size_n, bits))
                                          for c in range(copies)])}
-        row.update(measure(m, x, ref, ("bf16", "marlin", "dequant"), alone))
-        for route in ("marlin", "dequant"):
+        splitk = bits == 4 and m <= SPLITK_M and w4_splitk.triton is not None
+        routes = ("bf16", "marlin", "dequant") + (("splitk",) + (SPLITK_SWEEP if SWEEP else ()) if splitk else ())
+        row.update(measure(m, x, ref, routes, alone))
+        for route in ("marlin", "dequant") + (("splitk",) if splitk else ()):
             row[f"{route}_vs_bf16"] = row[f"{route}_us"] / row["bf16_us"]
             row[f"{route}_vs_floor"] = row[f"{route}_us"] / row["read_floor_us"]
+        if splitk:
+            row["splitk_vs_marlin"] = row["splitk_us"] / row["marlin_us"]
+            row["splitk_config"] = list(w4_splitk.default_config(size_n, size_k))
         row["winner_w4"] = "marlin" if row["marlin_us"] <= row["dequant_us"] else "dequant"
         rows.append(row)
         del ref
@@ -243,6 +166,9 @@ def bench_shape(block, cls: str, bits: int, ms, ceilings: dict, gen) -> list:
     torch.cuda.empty_cache()
     return rows
 
+
+SPLITK_SWEEP = tuple("splitk " + ",".join("-" if v is None else str(v) for v in c) for c in w4_splitk.SPLITK_CONFIGS)
+SWEEP = False  # --splitk-sweep: also time every SPLITK_CONFIGS entry
 
 TILINGS = ((64, 128, 4), (32, 128, 4), (64, 64, 4), (128, 128, 8), (64, 128, 8), (128, 64, 4))
 
@@ -270,54 +196,55 @@ def tune(block, gen) -> dict:
 
 
 def suggest_thresholds(rows) -> dict:
-    """Per (class, bits): the smallest measured M from which dequant beats Marlin at every larger measured M."""
-    out = {}
-    for cls in SHAPES:
-        for bits in (4, 8):
-            rs = sorted((r for r in rows if r["class"] == cls and r["bits"] == bits), key=lambda r: r["M"])
-            thr = None
-            for r in reversed(rs):
-                if r["winner_w4"] == "dequant":
-                    thr = r["M"]
-                else:
-                    break
-            if rs:
-                out[f"{cls}:{bits}"] = thr
-    return out
+    """Per (class, bits): soarpack.kernels.thresholds.choose_thresholds on phase 1's Marlin and dq+mm times
+    (NEVER = 2**30 where Marlin won at the largest M)."""
+    return {f"{c}:{b}": v for (c, b), v in sorted(choose_thresholds(rows).items())}
+
+
+def render_splitk(res: dict) -> str:
+    """The decode kernel's table: W4, M <= 16, µs and its ratios to the read floor, Marlin and bf16."""
+    lines = ["| shape (class) | M | read floor | bf16 | Marlin | split-K | split-K/floor | split-K/Marlin | split-K/bf16 "
+             "| Marlin/floor | err split-K | config (BN, split, warps, contiguous) | best of sweep |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in res["rows"]:
+        if "splitk_us" not in r:
+            continue
+        sweep = {k[7:]: v for k, v in r.items() if k.startswith("splitk ") and k.endswith("_us")}
+        best = min(sweep, key=sweep.get) if sweep else None
+        best_txt = f"{best[:-3]}: {sweep[best]:.1f}" if best else "-"
+        lines.append(f"| {r['shape']} ({r['class']}) | {r['M']} | {r['read_floor_us']:.1f} | {r['bf16_us']:.1f} | "
+                     f"{r['marlin_us']:.1f} | {r['splitk_us']:.1f} | {r['splitk_vs_floor']:.2f} | {r['splitk_vs_marlin']:.2f} | "
+                     f"{r['splitk_vs_bf16']:.2f} | {r['marlin_vs_floor']:.2f} | {r.get('splitk_err', float('nan')):.1e} | "
+                     f"{tuple(r['splitk_config'])} | {best_txt} |")
+    return "\n".join(lines)
 
 
 def rollup(rows) -> list:
-    """Decoder linears per step (M) for each recipe, with Marlin only and with the dispatch."""
-    t = {(r["class"], r["bits"], r["M"]): r for r in rows}
-    recipes = {"bf16": lambda kind, part, li: 16, "w4-mlp": lambda kind, part, li: 4 if part == "mlp" else 16,
-               "w4-full": lambda kind, part, li: 4,
-               "w4-balanced": lambda kind, part, li: 8 if part == "attn" and (kind == "sparse" or li >= N_LIGHTNING - LIGHTNING_LAST_W8) else 4}
+    """Decoder linears per step (M = 1, 8, 32, 8192) for bf16 and each built-in recipe, Marlin only and with the
+    dispatch (phase 2's times), plus the best measured route per linear (split-K included) and the read floor:
+    soarpack.kernels.measure.rollup on the recipes' own module counts."""
+    from soarpack.kernels.measure import rollup as library_rollup
+    from soarpack.kernels.workload import bf16_workload, recipe_workload
+    from soarpack.recipe.model import list_recipes
+
+    lib_rows = []
+    for r in rows:
+        n, k = (int(v) for v in r["shape"].split("x"))
+        lib_rows.append(dict(r, size_n=n, size_k=k, bf16_us=r["bf16_again_us"], marlin_us=r["marlin_again_us"]))
+    workloads = [bf16_workload()] + [recipe_workload(name) for name in list_recipes()]
+    ms = sorted({r["M"] for r in rows})
     out = []
-    for m in (1, 8, 32, 8192):
-        if (("attn", 4, m) not in t):
-            continue
-        for name, bits_of in recipes.items():
-            tot = {"marlin": 0.0, "dispatch": 0.0}
-            for kind, count in (("sparse", N_SPARSE), ("lightning", N_LIGHTNING)):
-                for li in range(count):
-                    for cls, part in LAYER_MODULES[kind]:
-                        bits = bits_of(kind, part, li)
-                        if bits == 16:
-                            us = t[(cls, 4, m)]["bf16_again_us"]
-                            tot["marlin"] += us
-                            tot["dispatch"] += us
-                        else:
-                            tot["marlin"] += t[(cls, bits, m)]["marlin_again_us"]
-                            tot["dispatch"] += t[(cls, bits, m)]["dispatch_us"]
-            out.append({"M": m, "recipe": name, "marlin_ms": tot["marlin"] / 1e3, "dispatch_ms": tot["dispatch"] / 1e3})
-    base = {r["M"]: r["marlin_ms"] for r in out if r["recipe"] == "bf16"}
-    for r in out:
-        r["marlin_vs_bf16"] = r["marlin_ms"] / base[r["M"]]
-        r["dispatch_vs_bf16"] = r["dispatch_ms"] / base[r["M"]]
+    for r in library_rollup(workloads, lib_rows, {}, ms):
+        out.append({"M": r["M"], "recipe": r["workload"], "marlin_ms": r["marlin_ms"], "dispatch_ms": r["dispatch_ms"],
+                    "marlin_vs_bf16": r["marlin_vs_bf16"], "dispatch_vs_bf16": r["dispatch_vs_bf16"],
+                    "best_ms": r["best_ms"], "floor_ms": r["floor_ms"],
+                    "best_vs_floor": r["best_ms"] / r["floor_ms"] if r["best_ms"] and r["floor_ms"] else None})
     return out
 
 
 def print_tables(res: dict) -> None:
+    if any("splitk_us" in r for r in res["rows"]):
+        print(render_splitk(res))
     c = res["ceilings"]
     print(f"read {c['read_GBps']:.0f} GB/s, copy {c['copy_GBps']:.0f} GB/s (read+write), bf16 mm {c['bf16_TFLOPs']:.0f} TFLOP/s")
     print(f"{'class':14}{'b':>2}{'M':>6}{'floor':>8}{'bf16':>9}{'marlin':>9}{'dq+mm':>9}{'disp':>9}{'dq':>8}"
@@ -351,12 +278,30 @@ def render_markdown(res: dict) -> str:
             f"{r['dequant_vs_bf16']:.2f} | {r['winner_w4']} | {r['dispatch_route']} | {r['dispatch_us']:.1f} | "
             f"{r['dispatch_vs_bf16']:.2f} | {r['dispatch_vs_marlin']:.2f} | {r['dispatch_vs_floor']:.1f} | "
             f"{r['marlin_err']:.1e} | {r['dequant_err']:.1e} | {r['dispatch_err']:.1e} |")
-    lines += ["", "| step | recipe | Marlin only | with the dispatch |", "|---|---|---:|---:|"]
+    best = any("best_ms" in r for r in res["rollup"])  # results from before issue 30 have no best / floor
+    lines += ["", "| step | recipe | Marlin only | with the dispatch |" + (" best route per linear | read floor |" if best else ""),
+              "|---|---|---:|---:|" + ("---:|---:|" if best else "")]
     for r in res["rollup"]:
         step = "prefill chunk of 8192 tokens" if r["M"] == 8192 else f"decode step, {r['M']} running"
         lines.append(f"| {step} | {r['recipe']} | {r['marlin_ms']:.2f} ms ({r['marlin_vs_bf16']:.2f}x) | "
-                     f"{r['dispatch_ms']:.2f} ms ({r['dispatch_vs_bf16']:.2f}x) |")
+                     f"{r['dispatch_ms']:.2f} ms ({r['dispatch_vs_bf16']:.2f}x) |"
+                     + (f" {r['best_ms']:.2f} ms ({r['best_vs_floor']:.2f}x floor) | {r['floor_ms']:.2f} ms |" if best else ""))
+    if any("splitk_us" in r for r in res["rows"]):
+        lines += ["", render_splitk(res)]
     return "\n".join(lines)
+
+
+def compare_kernels(bench: dict, kernels: dict) -> dict:
+    """Per route, the ratios `soarpack kernels` time / this benchmark's phase-1 time over every (class, bits, M)
+    both measured: (min, median, max, count). The issue asks for the two tables to match within noise."""
+    mine = {(r["class"], r["bits"], r["M"]): r for r in bench["rows"]}
+    ratios = {}
+    for r in kernels["rows"]:
+        b = mine.get((r["class"], r["bits"], r["M"]))
+        for rt in ("bf16", "marlin", "dequant", "splitk"):
+            if b and r.get(f"{rt}_us") and b.get(f"{rt}_us"):
+                ratios.setdefault(rt, []).append(r[f"{rt}_us"] / b[f"{rt}_us"])
+    return {rt: (min(v), statistics.median(v), max(v), len(v)) for rt, v in ratios.items()}
 
 
 def main() -> None:
@@ -368,23 +313,42 @@ def main() -> None:
     ap.add_argument("--bits", default="4,8")
     ap.add_argument("--tune", action="store_true",
                     help="also time the dequantization under other Triton tilings (reported only)")
+    ap.add_argument("--splitk-sweep", action="store_true",
+                    help="also time the split-K kernel under every config of w4_splitk.SPLITK_CONFIGS (W4, M <= 16)")
     ap.add_argument("--render", type=Path, help="print the markdown tables of a --json file and exit (no GPU)")
+    ap.add_argument("--compare-kernels", type=Path, metavar="KERNELS_JSON",
+                    help="with --render: how `soarpack kernels --out` times compare with this run's (no GPU)")
     args = ap.parse_args()
     if args.render:
-        print(render_markdown(json.loads(args.render.read_text())))
+        bench = json.loads(args.render.read_text())
+        if args.compare_kernels:
+            for rt, (lo, med, hi, n) in compare_kernels(bench, json.loads(args.compare_kernels.read_text())).items():
+                print(f"soarpack kernels / benchmark, {rt}: median {med:.3f}, range {lo:.3f}-{hi:.3f} over {n} rows")
+            return
+        print(render_markdown(bench))
         return
-    from w4_dispatch_block import load_block
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    global HAVE_MARLIN
+    global HAVE_MARLIN, SWEEP
+    SWEEP = args.splitk_sweep
     try:
-        torch.ops.load_library(str(args.ext))
+        marlin = load_marlin(str(args.ext) if args.ext.is_file() else None)  # sgl_kernel first, else --ext
     except Exception as exc:  # keep the bf16 and dequant measurements
+        marlin = None
+        print(f"cannot load {args.ext}: {exc!r}"[:300])
+    if marlin is None:
         HAVE_MARLIN = False
-        print(f"NO MARLIN: cannot load {args.ext}: {exc!r}"[:300])
-    block = load_block(args.fork)
+        print("NO MARLIN: neither sgl_kernel nor --ext; bf16 and dequant only")
+    if args.fork:  # the block as a patched tree has it
+        from w4_dispatch_block import load_block
+
+        block = load_block(args.fork)
+    else:  # the block as patch 04 adds it (the same lines; no fork tree needed)
+        from soarpack.kernels.block import load_dispatch_block
+
+        block = load_dispatch_block()
     t0 = time.time()
-    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "marlin": marlin,
            "thresholds": {f"{c}:{b}": v for (c, b), v in block.SOARPACK_W4_ACTIVE.items()}}
     res["ceilings"] = device_ceilings()
     gen = torch.Generator(device="cuda").manual_seed(0)
