@@ -9,6 +9,7 @@ w4_dispatch_block.py reads the same block from a patched tree instead.)
 from __future__ import annotations
 
 import os
+import tempfile
 import types
 from pathlib import Path
 from typing import Optional
@@ -56,12 +57,17 @@ def load_dispatch_block(patch: Optional[Path] = None, dispatch: Optional[str] = 
     """The block as a module. `dispatch` is the SOARPACK_W4_DISPATCH text it reads at import (None: the
     environment's, as a server would)."""
     module = types.ModuleType("soarpack_w4_dispatch_block")
-    module.__file__ = str(Path(patch) if patch else patch_path())
+    source = block_source(patch)
+    # Triton reads a @triton.jit function's source back from its file: the block must live in a .py file of its
+    # own (the patch's lines carry "+" prefixes at other line numbers).
+    where = Path(tempfile.mkdtemp(prefix="soarpack-w4-block-")) / "soarpack_w4_dispatch_block.py"
+    where.write_text(source, encoding="utf-8")
+    module.__file__ = str(where)
     saved = os.environ.get(ENV)
     try:
         if dispatch is not None:
             os.environ[ENV] = dispatch
-        exec(compile(block_source(patch), module.__file__, "exec", dont_inherit=True), module.__dict__)
+        exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)
     finally:
         if dispatch is not None:
             if saved is None:

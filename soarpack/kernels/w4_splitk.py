@@ -48,7 +48,7 @@ if triton is not None:
     @triton.jit
     def _w4_splitk_kernel(X, B, S, INV_S, P, M, size_n, size_k, b_stride, k_per_split,
                           BN: tl.constexpr, BK: tl.constexpr, BMc: tl.constexpr, DIRECT: tl.constexpr,
-                          CONTIGUOUS: tl.constexpr):
+                          CONTIGUOUS: tl.constexpr, PRECISION: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         HN: tl.constexpr = BN // 2
@@ -87,7 +87,7 @@ if triton is not None:
                 q = ((words >> (4 * j)) & 15) - 8
                 kk = kbase + (j >> 2) + 8 * (j & 1)
                 xs = tl.load(X + m[:, None] * size_k + kk[None, :], mask=m_ok[:, None], other=0.0)  # [BMc, QK]
-                d = tl.dot(xs, q.to(xs.dtype), out_dtype=tl.float32)
+                d = tl.dot(xs, q.to(xs.dtype), out_dtype=tl.float32, input_precision=PRECISION)
                 if (j >> 1) & 1:
                     part1 += d
                 else:
@@ -175,7 +175,9 @@ def w4_splitk_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Te
     partials = out if direct else torch.empty((split, m, size_n), dtype=torch.float32, device=x.device)
     _w4_splitk_kernel[(size_n // bn, split)](
         x, weight, weight_scale, _inv_s(x.device), partials, m, size_n, size_k, weight.stride(0),
-        size_k // split, BN=bn, BK=GROUP, BMc=BM, DIRECT=direct, CONTIGUOUS=bool(contiguous), num_warps=warps)
+        size_k // split, BN=bn, BK=GROUP, BMc=BM, DIRECT=direct, CONTIGUOUS=bool(contiguous),
+        # fp32 activations: exact products (a GPU's default for fp32 dots is TF32); bf16/fp16 ignore it
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32", num_warps=warps)
     if not direct:
         total = m * size_n
         block = 1024
