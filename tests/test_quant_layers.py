@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "soarpack"
 
 # Lower layers never import higher ones. Modules at the package root sit at the bottom.
 LAYERS = {
-    "__init__": 0, "errors": 0, "_toml": 0, "fsutil": 1, "recipe_files": 1, "evidence": 1, "imagestack": 1,
+    "__init__": 0, "errors": 0, "_toml": 0, "inputs": 1, "fsutil": 1, "recipe_files": 1, "evidence": 1, "imagestack": 1,
     "sala": 2, "quant": 3, "serve": 4, "bench": 4, "bundle": 5, "cli": 6, "__main__": 7,
 }
 

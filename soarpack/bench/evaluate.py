@@ -36,6 +36,7 @@ from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, sco
 from soarpack.bench.tokenizer import chat_template_digest
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
 EVAL_KIND = "soarpack.eval"
 PLATFORM_MAX_TOKENS = 65536
@@ -88,13 +89,16 @@ def load_eval_rows(path: Path, num_samples: Optional[int] = None) -> List[dict]:
     for lineno, row in numbered:
         if not isinstance(row["question"], str) or not isinstance(row["task"], str):
             raise InputDataError(f"{path}:{lineno}: `task` and `question` must be strings", "fix the data file")
+        if not row["question"].strip():
+            raise InputDataError(f"{path}:{lineno}: `question` is empty or only whitespace: no answer can score",
+                                 "fix or delete that line; nothing was sent")
     rows = [row for _, row in numbered]
     return rows[:num_samples] if num_samples else rows
 
 
 def _read_previous(output: Path) -> dict:
     try:
-        previous = json.loads(output.read_bytes().decode("utf-8"))
+        previous = json.loads(read_bytes_capped(output, "eval output", MAX_RESULT_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InputDataError(f"{output} exists but is not JSON", "delete it or choose another -o") from None
     except OSError as exc:
