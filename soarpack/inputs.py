@@ -12,7 +12,7 @@ import codecs
 import os
 import stat
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 from soarpack.errors import InputDataError
 
@@ -70,8 +70,10 @@ def read_bytes_capped(path: str | os.PathLike, what: str, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_text_capped(path: str | os.PathLike, what: str, cap: int) -> str:
-    """The whole file as UTF-8 text; bad UTF-8 is refused at the first bad chunk, not after reading to the cap."""
+def read_text_capped(path: str | os.PathLike, what: str, cap: int,
+                     check_chunk: Optional[Callable[[str], None]] = None) -> str:
+    """The whole file as UTF-8 text; bad UTF-8 is refused at the first bad chunk, not after reading to the cap;
+    `check_chunk` sees each decoded chunk as it comes (to refuse binary data early)."""
     path = Path(path)
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     parts, size = [], 0
@@ -86,6 +88,8 @@ def read_text_capped(path: str | os.PathLike, what: str, cap: int) -> str:
             except UnicodeDecodeError as exc:
                 raise InputDataError(f"{what} {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                                      f"{size - len(chunk) + exc.start})", "re-save it as UTF-8") from None
+            if check_chunk is not None and parts[-1]:
+                check_chunk(parts[-1])
             if not chunk:
                 break
     return "".join(parts)

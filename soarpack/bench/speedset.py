@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from soarpack import _toml
 from soarpack.errors import ConfigError, InputDataError
+from soarpack.inputs import MAX_TEXT_BYTES, read_text_capped
 
 K = 1024
 
@@ -222,7 +223,7 @@ def speedset_text(path: Optional[Path]) -> Optional[str]:
     if path is None:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text_capped(path, "text file", MAX_TEXT_BYTES)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"cannot read text file {path} ({exc.__class__.__name__})", "pass a UTF-8 text file") from None
     if not text.strip():

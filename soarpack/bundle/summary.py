@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from soarpack.bundle.manifest import MANIFEST_NAME
-from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem
+from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import sha256_file
 
@@ -34,7 +34,8 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
 def _read_manifest_and_calib(path: Path) -> tuple:
     manifest, calib = None, {}
     try:
-        with tarfile.open(path, "r|*") as tar:
+        require_gzip(path)
+        with tarfile.open(path, "r|gz") as tar:
             for member in tar:
                 if member.name == MANIFEST_NAME:
                     try:

@@ -150,6 +150,12 @@ def _examples_from_lines(path: Path, lines: Iterable) -> List[Example]:
     return out
 
 
+def _check_binary_chunk(chunk: str, path: Path) -> None:
+    # A whole chunk (1 MiB) of control characters is binary data (/dev/zero): refused now, not at the size cap.
+    if len(chunk) >= 2**16:
+        _check_looks_like_text(chunk, path.name)
+
+
 def read_examples(path: str | Path) -> List[Example]:
     """Examples of one file; a broken line (bad UTF-8, bad JSON, wrong types) stops with the file and line number.
 
@@ -160,7 +166,7 @@ def read_examples(path: str | Path) -> List[Example]:
     check_input_path(path, "calibration file")
     if path.suffix.lower() in JSONL_SUFFIXES:
         return _examples_from_lines(path, iter_lines(path, "calibration file", MAX_CALIB_BYTES))
-    text = read_text_capped(path, "calibration file", MAX_CALIB_BYTES)
+    text = read_text_capped(path, "calibration file", MAX_CALIB_BYTES, check_chunk=lambda chunk: _check_binary_chunk(chunk, path))
     if _first_line_is_object(text):
         return _examples_from_lines(path, enumerate(text.split("\n"), 1))
     if not text.strip():
