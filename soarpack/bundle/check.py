@@ -32,7 +32,8 @@ from soarpack.bundle import layout
 from soarpack.bundle.manifest import bundle_path_problem, read_manifest, verify_files
 from soarpack.bundle.secrets import scan_tree
 from soarpack.bundle.tarpack import safe_extract
-from soarpack.errors import SoarpackError
+from soarpack.errors import HostError, SoarpackError
+from soarpack.fsutil import ensure_writable_output
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 PLATFORM_DEFAULT_ARGS = ("--disable-radix-cache --attention-backend minicpm_flashinfer --chunked-prefill-size 8192 "
@@ -113,6 +114,8 @@ class _Runner:
             status, info["detail"] = SKIP, str(exc)
         except StepFailed as exc:
             status, info["detail"] = FAIL, str(exc)
+        except HostError:
+            raise  # this machine cannot run the step (e.g. a read-only cache): not the bundle's failure
         except SoarpackError as exc:
             status, info["detail"] = FAIL, str(exc)
         step = Step(name, status, info["detail"], round(time.monotonic() - t0, 2), info["versions"])
@@ -341,7 +344,12 @@ def check_bundle(
             raise SoarpackError(f"--keep {work} is a file", "pass a new or empty folder to --keep")
         if work.exists() and any(work.iterdir()):
             raise SoarpackError(f"rehearsal folder {work} is not empty", "pass a new or empty folder to --keep")
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SoarpackError(f"--keep {work} cannot be created ({exc.strerror or exc})",
+                                "pass a folder on a writable disk to --keep, or leave --keep out") from None
+        ensure_writable_output(work / "bundle", what="--keep folder")
     root = work / "bundle"
     try:
         with r.step("size") as s:

@@ -42,6 +42,51 @@ def render_manifest(root: Path, meta: dict[str, Any]) -> dict[str, Any]:
     return {"format": MANIFEST_FORMAT, **meta, "files": files, "total_size": sum(f["size"] for f in files.values())}
 
 
+# The shape of the fields soarpack reads back from a MANIFEST.json (section, key, what it must be). A hand-edited
+# or foreign manifest is then one line naming the field, never an AttributeError deep inside check or inspect.
+_STR_OR_NONE = (str, type(None))
+_SHAPE = (
+    ("profile", "name", _STR_OR_NONE), ("profile", "args_string", _STR_OR_NONE),
+    ("profile", "fallback_args", _STR_OR_NONE), ("profile", "args", "strings"), ("profile", "patches", "strings"),
+    ("quantize", "recipe", _STR_OR_NONE), ("quantize", "recipe_name", _STR_OR_NONE),
+    ("quantize", "calib", "strings"), ("quantize", "held_out", "strings"), ("quantize", "extra_args", "strings"),
+    ("sglang", "mode", _STR_OR_NONE), ("sglang", "patches", "strings"),
+    ("wheels", "files", "strings"), ("wheels", "source", _STR_OR_NONE),
+)
+
+
+def _is_strings(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def manifest_problem(data: Any) -> str | None:
+    """What in a parsed MANIFEST.json does not have the shape `soarpack build` writes, or None."""
+    if not isinstance(data, dict):
+        return f"is a JSON {type(data).__name__}, not an object"
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return "has no 'files' table"
+    for name, entry in files.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                and isinstance(entry.get("size"), int) and not isinstance(entry.get("size"), bool)):
+            return f"lists {name!r} without a sha256 string and an integer size"
+    for top in ("soarpack_version", "content_sha256"):
+        if not isinstance(data.get(top), _STR_OR_NONE):
+            return f"has '{top}' {data[top]!r}, not a string"
+    for section in ("profile", "quantize", "sglang", "wheels"):  # every bundle `soarpack build` writes has them
+        if section not in data:
+            return f"has no '{section}' section"
+        if not isinstance(data[section], dict):
+            return f"has '{section}' {data[section]!r}, not an object"
+    for section, key, kind in _SHAPE:
+        value = (data.get(section) or {}).get(key)
+        if kind == "strings" and not _is_strings(value):
+            return f"has '{section}.{key}' {value!r}, not a list of strings"
+        if kind != "strings" and not isinstance(value, kind):
+            return f"has '{section}.{key}' {value!r}, not a string"
+    return None
+
+
 def read_manifest(root: Path) -> dict[str, Any]:
     path = Path(root) / MANIFEST_NAME
     try:
@@ -50,8 +95,9 @@ def read_manifest(root: Path) -> dict[str, Any]:
         raise SoarpackError(f"{path} is missing", "this is not a bundle written by `soarpack build`") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise SoarpackError(f"{path} is not valid JSON: {exc}", "rebuild the bundle with `soarpack build`") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise SoarpackError(f"{path} has no 'files' table", "rebuild the bundle with `soarpack build`")
+    problem = manifest_problem(data)
+    if problem:
+        raise SoarpackError(f"{path} {problem}", "rebuild the bundle with `soarpack build`")
     return data
 
 

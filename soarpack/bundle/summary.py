@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict
 
-from soarpack.bundle.manifest import MANIFEST_NAME
+from soarpack.bundle.manifest import MANIFEST_NAME, manifest_problem
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import sha256_file
@@ -43,8 +43,9 @@ def _read_manifest_and_calib(path: Path) -> tuple:
                     except (ValueError, UnicodeDecodeError) as exc:
                         raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})",
                                             "rebuild the bundle with `soarpack build`") from None
-                    if not isinstance(manifest, dict):
-                        raise SoarpackError(f"{path}: MANIFEST.json is not an object", "rebuild the bundle with `soarpack build`")
+                    problem = manifest_problem(manifest)
+                    if problem:
+                        raise SoarpackError(f"{path}: MANIFEST.json {problem}", "rebuild the bundle with `soarpack build`")
                 elif manifest is not None and member.name in manifest.get("quantize", {}).get("calib", []):
                     calib[member.name] = _read_member(tar, member)
                 if manifest is not None and set(manifest.get("quantize", {}).get("calib", [])) <= set(calib):
