@@ -26,6 +26,7 @@ MAX_CALIB_BYTES = 256 * MiB  # one calibration file
 MAX_RESULT_BYTES = 256 * MiB  # an eval/bench result read back (resume, score, compare)
 MAX_TEXT_BYTES = 64 * MiB  # a plain text input (speedset --text)
 MAX_LINE_BYTES = 64 * MiB  # one JSONL line: a 128k-token question is ~0.5 MB
+MAX_TOML_BYTES = 4 * MiB  # a recipe, profile or speed-set mix (a few kB)
 
 
 def check_input_path(path: Path, what: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 
 from soarpack import _toml
 from soarpack.errors import ConfigError
+from soarpack.inputs import MAX_TOML_BYTES, read_text_capped
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -15,7 +16,7 @@ PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 def read_toml(path: Path) -> Dict[str, Any]:
     try:
-        return _toml.loads(Path(path).read_text(encoding="utf-8"))
+        return _toml.loads(read_text_capped(path, "TOML file", MAX_TOML_BYTES))
     except _toml.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})", "fix the syntax at the line named") from None
     except UnicodeDecodeError as exc:

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from soarpack import _toml
 from soarpack.errors import ConfigError, InputDataError
-from soarpack.inputs import MAX_TEXT_BYTES, read_text_capped
+from soarpack.inputs import MAX_TEXT_BYTES, MAX_TOML_BYTES, read_text_capped
 
 K = 1024
 
@@ -63,7 +63,7 @@ def load_mix(path: Optional[Path]) -> Dict[str, Tuple[Bucket, ...]]:
         return DEFAULT_MIX
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_capped(path, "mix file", MAX_TOML_BYTES)
         raw = json.loads(text) if path.suffix == ".json" else _toml.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"mix file {path} does not exist", "check the path") from None
