@@ -15,6 +15,7 @@ from typing import Any, Dict
 from soarpack.bundle.manifest import MANIFEST_NAME, manifest_problem
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
+from soarpack.quant.calib import count_rows
 from soarpack.fsutil import sha256_file
 
 MAX_MEMBER_BYTES = 64 * 2**20  # MANIFEST.json is a few kB; a calibration file a few MB
@@ -66,8 +67,8 @@ def inspect_bundle(path: str | Path) -> Dict[str, Any]:
     profile = manifest.get("profile") or {}
     quantize = manifest.get("quantize") or {}
     wheels = manifest.get("wheels") or {}
-    sources = [{"file": name, "rows": sum(1 for line in calib.get(name, b"").decode("utf-8", "replace").splitlines()
-                                          if line.strip())}
+    # Counted as quantize reads them: JSONL by suffix or content, lines ending at "\n" only; a text file is one row.
+    sources = [{"file": name, "rows": count_rows(name, calib.get(name, b"").decode("utf-8", "replace"))}
                for name in quantize.get("calib", [])]
     return {
         "path": str(path),

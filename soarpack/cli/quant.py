@@ -202,6 +202,10 @@ def calib_cmd(
             dense_len = None
     from soarpack.sala.tokenizer import check_vocab_fits, load_tokenizer
 
+    if write_builtin:  # refused now, not after the preview was computed
+        from soarpack.fsutil import ensure_writable_output
+
+        ensure_writable_output(write_builtin, what="--write-builtin")
     loaded = load_tokenizer(tokenizer)
     if vocab_size is not None:
         check_vocab_fits(loaded, vocab_size, tokenizer)

@@ -134,6 +134,13 @@ def _first_line_is_object(text: str) -> bool:
     return False
 
 
+def count_rows(name: str, text: str) -> int:
+    """How many examples read_examples makes of a file with this name and text (without validating them)."""
+    if Path(name).suffix.lower() in JSONL_SUFFIXES or _first_line_is_object(text):
+        return sum(1 for line in text.split("\n") if line.strip())
+    return 1 if text.strip() else 0
+
+
 def _examples_from_lines(path: Path, lines: Iterable) -> List[Example]:
     out = []
     for lineno, line in lines:
