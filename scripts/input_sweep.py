@@ -299,6 +299,8 @@ def run_case(case, fx: dict, python: str) -> dict:
     else:
         observed = f"exit {rc}"
     last = [ln for ln in out.splitlines() if ln.strip()]
+    said = [ln for ln in last if ln.startswith(("error:", "FAIL ")) or "Error:" in ln.split(" ", 1)[0]]
+    last = said or last  # the error (or failed step) line when there is one, else the last line
     return {"id": cid, "command": command, "surface": surface, "case": what, "expected": code, "rc": rc,
             "observed": observed, "seconds": round(seconds, 1), "last": last[-1][:160] if last else ""}
 

@@ -7,7 +7,8 @@ output stay in it, also those beyond `--num-samples`: a results file is merged, 
 
 An existing output is resumed only when it was measured against the same server (api base) and model and made
 from the same data; otherwise the run is refused before any request, unless `resume` (keep its rows anyway, e.g.
-the same checkpoint served on another port; the file then lists every server) or `force` (start over; the old
+the same checkpoint served on another port; the file then lists every server; rows asked of another model id
+are asked again, see below) or `force` (start over; the old
 file is kept beside as NAME.old-N.json). Other data is always refused: its rows cannot be merged.
 
 Resume trusts only what the server said: each stored prediction is scored again against today's gold (a score

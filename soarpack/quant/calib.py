@@ -160,7 +160,7 @@ def _examples_from_lines(path: Path, lines: Iterable) -> List[Example]:
 def _check_binary_chunk(chunk: str, path: Path) -> None:
     # A whole chunk (1 MiB) of control characters is binary data (/dev/zero): refused now, not at the size cap.
     if len(chunk) >= 2**16:
-        _check_looks_like_text(chunk, path.name)
+        _check_looks_like_text(chunk, str(path))
 
 
 def read_examples(path: str | Path) -> List[Example]:
