@@ -187,3 +187,13 @@ def test_row_H2_a_server_python_that_does_not_exist_is_one_error_line(tmp_path):
         start_server(["/nonexistent/python", "-m", "sglang.launch_server"], 39999, tmp_path / "server.log",
                      timeout_s=5, log=lambda m: None)
     assert "--python" in exc.value.hint
+
+
+@pytest.mark.parametrize("kind", ["device", "directory"])
+def test_row_A2_S3_H3_a_profile_that_exists_but_is_no_file_says_what_it_is(tmp_path, kind):
+    target = "/dev/zero" if kind == "device" else tmp_path / "profiles"
+    if kind == "directory":
+        target.mkdir()
+    result = run_cli("args", target)
+    assert_one_error_line(result, str(target), "larger than" if kind == "device" else "is a directory")
+    assert "does not exist" not in result.output

@@ -101,7 +101,7 @@ def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
     raw = str(name_or_path)
     path = Path(raw)
     if raw.endswith(".toml") or path.is_file() or "/" in raw:
-        if not path.is_file():
+        if not path.exists():  # a folder or a device is read_toml's to refuse, for what it is
             raise ConfigError(f"profile file {path} does not exist", "check the path")
         return profile_from_dict(read_toml(path), name=path.stem, source=str(path))
     candidate = recipe_files.PROFILES_DIR / f"{raw}.toml"
