@@ -68,7 +68,16 @@ def read_only_under(monkeypatch, folder: Path) -> Path:
             raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
         return real_open(path, flags, mode, *args, **kwargs)
 
+    real_path_mkdir = Path.mkdir
+
+    def path_mkdir(self, mode=0o777, parents=False, exist_ok=False):
+        # Python 3.10's pathlib calls an accessor bound to the original os.mkdir: refuse here too.
+        if inside(self) and not self.exists():
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_path_mkdir(self, mode, parents, exist_ok)
+
     monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "mkdir", path_mkdir)
     monkeypatch.setattr(os, "open", open_)
     return folder
 
