@@ -200,12 +200,14 @@ def previous_rows(previous: Optional[dict], rows: List[dict], output: Path) -> D
     return kept
 
 
-def drop_changed_rows(done: Dict[int, dict], key: dict, note: Callable[[str], None]) -> None:
-    """Remove the stored rows whose request key is not this run's (they are sent again) and say what changed;
-    say also when stored scores differ from today's scoring (the gold changed, or the file was edited)."""
+def drop_changed_rows(done: Dict[int, dict], key: dict, note: Callable[[str], None],
+                      selected: Optional[range] = None) -> None:
+    """Remove the selected stored rows whose request key is not this run's (they are sent again) and say what
+    changed; rows outside the selection stay as they are, with their own key (a result is never truncated). Say
+    also when stored scores differ from today's scoring (the gold changed, or the file was edited)."""
     changed: Dict[str, set] = {}
     dropped = 0
-    for index in sorted(done):
+    for index in sorted(i for i in done if selected is None or i in selected):
         theirs = done[index]["key"]
         diff = [field for field in key if theirs.get(field) != key[field]]
         if diff:
@@ -390,7 +392,7 @@ def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dic
         servers.append({"api_base": api_base, "model": served["id"]})
     if len(servers) > 1:
         header["servers"] = servers
-    drop_changed_rows(done, key, note)
+    drop_changed_rows(done, key, note, range(total))
     scored = sum(1 for i in range(total) if i in done)
     note(f"resuming {scored}/{total} rows from {cfg.output}" + (f" ({mismatch}; --resume)" if mismatch else ""))
 
