@@ -35,3 +35,8 @@ class InputDataError(SoarpackError):
 
 class OutputExistsError(SoarpackError):
     """An output path that exists and would be overwritten without --force."""
+
+
+class HostError(SoarpackError):
+    """This machine cannot do what was asked (a read-only cache folder, say): the input is not at fault, so a
+    check reports it as an error of its own, never as a failed step of the bundle."""

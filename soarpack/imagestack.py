@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
-from soarpack.errors import SoarpackError
+from soarpack.errors import HostError, SoarpackError
 from soarpack.facts import image
 from soarpack.steps import EventCallback, lines_to, no_events
 
@@ -105,6 +105,18 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soarpack"
 
 
+def make_cache_dir(path: Path, what: str) -> Path:
+    """Create a folder under the cache (wheels, the image stand-in); a read-only or missing HOME is one error line
+    with the fix, not an OSError traceback."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HostError(f"cannot create the {what} folder {path} ({exc.strerror or exc})",
+                              "point SOARPACK_CACHE at a writable folder (the cache is $SOARPACK_CACHE, else "
+                              "$XDG_CACHE_HOME/soarpack, else ~/.cache/soarpack)") from None
+    return path
+
+
 def _spec(packages: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(packages)).encode()).hexdigest()[:12]
 
@@ -151,8 +163,13 @@ def make_dev_standin(dest: Path) -> Path:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    make_cache_dir(path.parent, "image stand-in")
+    try:
+        fh = open(path, "w")
+    except OSError as exc:
+        raise HostError(f"cannot create the image stand-in's lock {path} ({exc.strerror or exc})",
+                              "point SOARPACK_CACHE at a writable folder") from None
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -181,20 +198,30 @@ def _pip_install(python: Path, packages: Sequence[str], log: Callable[[str], Non
                           "check the network to PyPI (about 4 GB is downloaded once), then run again")
 
 
+def _ready(root: Path, marker: Path) -> Optional[ImageStack]:
+    if marker.is_file():
+        try:
+            versions = json.loads(marker.read_text(encoding="utf-8"))["versions"]
+            if (root / "bin" / "python").exists():
+                return ImageStack(root / "bin" / "python", versions)
+        except (OSError, ValueError, KeyError):
+            pass
+    return None
+
+
 def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PACKAGES,
                        on_event: EventCallback = no_events) -> ImageStack:
     """Return the cached stand-in, building it first if needed (once; ~4 GB from PyPI, a few minutes)."""
     log = lines_to(on_event, "image stand-in")
     root = stack_dir(packages)
     marker = root / ".soarpack-ready.json"
+    ready = _ready(root, marker)
+    if ready is not None:  # a built stand-in needs no lock: a read-only cache that holds one serves
+        return ready
     with _locked(root.with_name(root.name + ".lock")):
-        if marker.is_file():
-            try:
-                versions = json.loads(marker.read_text(encoding="utf-8"))["versions"]
-                if (root / "bin" / "python").exists():
-                    return ImageStack(root / "bin" / "python", versions)
-            except (OSError, ValueError, KeyError):
-                pass
+        ready = _ready(root, marker)
+        if ready is not None:
+            return ready
         py310 = find_python310()
         if py310 is None:
             raise ImageStackError("the image stand-in needs a CPython 3.10 (the platform's Python) and none was found",

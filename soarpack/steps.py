@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from soarpack.errors import SoarpackError
+from soarpack.errors import HostError, SoarpackError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -173,6 +173,8 @@ class Runner:
         except StepFailed as exc:
             status, detail, data = (SKIP if isinstance(exc, StepSkipped) else FAIL), str(exc), dict(exc.data)
             versions = data.pop("versions", None)
+        except HostError:
+            raise  # this machine cannot run the step (a read-only cache, say): not a failure of what is checked
         except SoarpackError as exc:
             status, detail = FAIL, str(exc)
         return StepResult(s.name, status, detail, round(time.monotonic() - t0, 2), versions, data, s.gates, s.needs)

@@ -21,6 +21,7 @@ from soarpack.bench.evaluate import EVAL_KIND
 from soarpack.bench.scoring import Gate, c_factor, gate_of_records, gate_of_total
 from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
+from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
 TIERS = tuple(TIER_WEIGHTS)
 
@@ -50,7 +51,7 @@ class Run:
 
 def _kind(path: Path) -> str:
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = json.loads(read_bytes_capped(path, "result file", MAX_RESULT_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise InputDataError(f"{path} does not exist", "pass the -o files of soarpack eval and bench") from None
     except (OSError, UnicodeDecodeError, ValueError):

@@ -12,13 +12,14 @@ from soarpack.bench.scoring import c_factor
 from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 from soarpack.facts import scoring as platform_scoring
+from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
 TIER_WEIGHTS: Dict[str, float] = platform_scoring.TIER_WEIGHTS
 
 
 def read_result(path: Path, kind: str, what: str) -> dict:
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = json.loads(read_bytes_capped(path, f"{what} file", MAX_RESULT_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise InputDataError(f"{what} file {path} does not exist", "check the path") from None
     except OSError as exc:

@@ -7,8 +7,13 @@ output stay in it, also those beyond `--num-samples`: a results file is merged, 
 
 An existing output is resumed only when it was measured against the same server (api base) and model and made
 from the same data; otherwise the run is refused before any request, unless `resume` (keep its rows anyway, e.g.
-the same checkpoint served on another port; the file then lists every server) or `force` (start over; the old
+the same checkpoint served on another port; the file then lists every server; rows asked of another model id
+are asked again, see below) or `force` (start over; the old
 file is kept beside as NAME.old-N.json). Other data is always refused: its rows cannot be merged.
+
+Resume trusts only what the server said: each stored prediction is scored again against today's gold (a score
+in the file is never read back), and a row is kept only while its request key (question, max_tokens, stop
+strings, served model, chat template) is this run's; a row asked differently is sent again and the run says so.
 
 A run in which any request failed is incomplete, as a failed row scores 0 on the platform (eval_model.py does not
 retry). `retries` re-sends a failed request; the report then gives the accuracy with and without those retries.
@@ -29,10 +34,12 @@ from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
+from soarpack.bench.tokenizer import chat_template_digest
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.facts import limits
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
 from soarpack.steps import Event, EventCallback, lines_to, no_events
+from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
 EVAL_KIND = "soarpack.eval"
 PLATFORM_MAX_TOKENS = limits.EVAL_MAX_TOKENS
@@ -88,35 +95,142 @@ def load_eval_rows(path: Path, num_samples: Optional[int] = None) -> List[dict]:
     for lineno, row in numbered:
         if not isinstance(row["question"], str) or not isinstance(row["task"], str):
             raise InputDataError(f"{path}:{lineno}: `task` and `question` must be strings", "fix the data file")
+        if not row["question"].strip():
+            raise InputDataError(f"{path}:{lineno}: `question` is empty or only whitespace: no answer can score",
+                                 "fix or delete that line; nothing was sent")
     rows = [row for _, row in numbered]
     return rows[:num_samples] if num_samples else rows
 
 
 def _read_previous(output: Path) -> dict:
     try:
-        previous = json.loads(output.read_bytes().decode("utf-8"))
+        previous = json.loads(read_bytes_capped(output, "eval output", MAX_RESULT_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InputDataError(f"{output} exists but is not JSON", "delete it or choose another -o") from None
     except OSError as exc:
         raise InputDataError(f"{output} cannot be read ({exc.strerror or exc})", "choose another -o") from None
     if not isinstance(previous, dict) or previous.get("kind") != EVAL_KIND or not isinstance(previous.get("rows", []), list):
         raise InputDataError(f"{output} exists and is not a soarpack eval result", "choose another -o")
+    problem = _header_problem(previous)
+    if problem:
+        raise InputDataError(f"{output}: {problem}", "restore the file, or pass --force to start over (it is kept beside)")
     return previous
 
 
+def _header_problem(previous: dict) -> Optional[str]:
+    """Why the header of an earlier result cannot be compared with this run (a hand edit), or None."""
+    for field in ("api_base", "model"):
+        if previous.get(field) is not None and not isinstance(previous[field], str):
+            return f"`{field}` is {previous[field]!r}, not a string"
+    stop = previous.get("stop")
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(word, str) for word in stop)):
+        return f"`stop` is {stop!r}, not a list of strings"
+    servers = previous.get("servers")
+    if servers is not None and not (isinstance(servers, list) and all(
+            isinstance(s, dict) and all(isinstance(s.get(k), (str, type(None))) for k in ("api_base", "model"))
+            for s in servers)):
+        return "`servers` is not a list of {api_base, model}"
+    return None
+
+
+def request_key(max_tokens: int, stop: List[str], model: Optional[str], chat_template: Optional[str]) -> dict:
+    """What decides a row's prediction besides its question: a stored row is reused only under the same key."""
+    return {"max_tokens": max_tokens, "stop": sorted(stop), "model": model, "chat_template_sha1": chat_template}
+
+
+def _legacy_key(previous: dict) -> dict:
+    """The key of a row written before rows carried one (version 2): the file's header; the template of its model
+    directory was not recorded, so a row asked with one is asked again."""
+    stop = previous.get("stop")
+    template = "unknown (not recorded)" if previous.get("model_dir") else None
+    return {"max_tokens": previous.get("max_tokens"), "stop": sorted(stop) if isinstance(stop, list) else stop,
+            "model": previous.get("model"), "chat_template_sha1": template}
+
+
+_OPTIONAL_TYPES = {"error": str, "first_error": str, "prompt_tokens": int, "output_tokens": int}
+
+
+def _stored_row_problem(record: Any) -> Optional[str]:
+    """Why a stored row cannot be reused (the fields resume reads back), or None."""
+    if not isinstance(record, dict):
+        return f"is a {type(record).__name__}, not an object"
+    index = record.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return f"has index {index!r}, not an integer"
+    if not isinstance(record.get("question_sha1"), str):
+        return "has no question_sha1 string"
+    for field, kind in _OPTIONAL_TYPES.items():
+        value = record.get(field)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"has {field} {value!r}, not a {kind.__name__} or null"
+    if record.get("error") is None and not isinstance(record.get("prediction"), str):
+        return f"has prediction {record.get('prediction')!r}, not a string"
+    attempts = record.get("attempts", 1)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        return f"has attempts {attempts!r}, not a positive integer"
+    latency = record.get("latency_s", 0.0)
+    if not isinstance(latency, (int, float)) or isinstance(latency, bool) or not math.isfinite(latency) or latency < 0:
+        return f"has latency_s {latency!r}, not a non-negative number"
+    if "key" in record and not isinstance(record["key"], dict):
+        return f"has key {record['key']!r}, not an object"
+    return None
+
+
 def previous_rows(previous: Optional[dict], rows: List[dict], output: Path) -> Dict[int, dict]:
-    """Scored records of an earlier run into the same output; refuse one made from other data."""
+    """The stored rows of an earlier run into the same output that hold an answer, each scored again against
+    today's data (the stored score is never used); refuse a file made from other data, or one whose rows were
+    edited into something resume cannot read (one line naming the row, not a traceback)."""
     kept: Dict[int, dict] = {}
-    for record in (previous or {}).get("rows", []):
-        index = record.get("index") if isinstance(record, dict) else None
-        if not isinstance(index, int) or not 0 <= index < len(rows):
+    if previous is None:
+        return kept
+    legacy = _legacy_key(previous)
+    for position, record in enumerate(previous.get("rows", [])):
+        problem = _stored_row_problem(record)
+        if problem:
+            raise InputDataError(f"{output}: stored row {position + 1} {problem}",
+                                 "restore the file, delete that row, or pass --force to start over")
+        index = record["index"]
+        if not 0 <= index < len(rows):
             continue
-        if record.get("question_sha1") != question_digest(rows[index]["question"]):
+        if record["question_sha1"] != question_digest(rows[index]["question"]):
             raise InputDataError(f"{output} was made from a different data file (row {index} differs)",
                                  "use a new -o for this data, or the data it was made from")
         if record.get("error") is None:
-            kept[index] = record
+            result = http.ChatResult(record["prediction"], record.get("prompt_tokens"), record.get("output_tokens"),
+                                     float(record.get("latency_s", 0.0)), None)
+            fresh = score_record(index, rows[index], result, record.get("first_error"), record.get("attempts", 1),
+                                 key=record.get("key", legacy))
+            fresh["stored_score"] = record.get("score")
+            kept[index] = fresh
     return kept
+
+
+def drop_changed_rows(done: Dict[int, dict], key: dict, note: Callable[[str], None],
+                      selected: Optional[range] = None) -> None:
+    """Remove the selected stored rows whose request key is not this run's (they are sent again) and say what
+    changed; rows outside the selection stay as they are, with their own key (a result is never truncated). Say
+    also when stored scores differ from today's scoring (the gold changed, or the file was edited)."""
+    changed: Dict[str, set] = {}
+    dropped = 0
+    for index in sorted(i for i in done if selected is None or i in selected):
+        theirs = done[index]["key"]
+        diff = [field for field in key if theirs.get(field) != key[field]]
+        if diff:
+            for field in diff:
+                changed.setdefault(field, set()).add(json.dumps(theirs.get(field)))
+            del done[index]
+            dropped += 1
+    rescored = 0
+    for record in done.values():
+        if record.pop("stored_score", None) != record["score"]:
+            rescored += 1
+    if changed:
+        what = "; ".join(f"{field} was {' or '.join(sorted(values))}, now {json.dumps(key[field])}"
+                         for field, values in changed.items())
+        note(f"re-running {dropped} stored row(s) asked differently from this run ({what})")
+    if rescored:
+        note(f"{rescored} stored row(s) score differently against today's data (changed gold or an edited file): "
+             "today's scores are used")
 
 
 def server_mismatch(previous: dict, api_base: str, served: dict) -> Optional[str]:
@@ -177,7 +291,7 @@ def summarize(records: List[dict], total: int) -> dict:
 
 
 def score_record(index: int, row: dict, result: http.ChatResult, first_error: Optional[str] = None,
-                 attempts: int = 1) -> dict:
+                 attempts: int = 1, key: Optional[dict] = None) -> dict:
     prediction = result.content if result.content is not None else ""
     score, extracted = score_prediction(row["task"], prediction, row["gold"])
     return {
@@ -194,6 +308,7 @@ def score_record(index: int, row: dict, result: http.ChatResult, first_error: Op
         "error": result.error,
         "attempts": attempts,
         "first_error": first_error,
+        "key": key,
     }
 
 
@@ -226,7 +341,8 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
         from soarpack.bench.tokenizer import stop_strings
 
         stop = stop_strings(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
-    header = {"kind": EVAL_KIND, "version": 2, "api_base": api_base, "data": str(cfg.data),
+    template = chat_template_digest(cfg.model_dir) if cfg.model_dir is not None else None
+    header = {"kind": EVAL_KIND, "version": 3, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
               "num_samples": cfg.num_samples, "retries": cfg.retries}
     bundle_measured = measured(cfg.label, cfg.bundle, None)
@@ -247,8 +363,10 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
         header["model"] = served["id"]
         header["measured"] = {**bundle_measured, "served_model": served}
         header["versions"] = tool_versions()
+        key = request_key(cfg.max_tokens, stop, served["id"], template)
+        header["chat_template_sha1"] = template
         if previous is not None:
-            _merge_or_refuse(cfg, previous, api_base, served, header, done, len(selected), note)
+            _merge_or_refuse(cfg, previous, api_base, served, header, done, len(selected), note, key)
         pending = [i for i in selected if i not in done]
         if not pending:
             save(force=True)
@@ -258,7 +376,7 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
         async def one(index: int) -> None:
             async with gate:
                 result, first_error, attempts = await _ask(client, header["model"], rows[index]["question"], cfg, stop)
-            done[index] = score_record(index, rows[index], result, first_error, attempts)
+            done[index] = score_record(index, rows[index], result, first_error, attempts, key)
             on_event(Event("progress", "eval", done=sum(1 for i in selected if i in done), total=len(selected),
                            data=done[index]))
             save()
@@ -271,7 +389,7 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
 
 
 def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dict, header: dict, done: Dict[int, dict],
-                     total: int, note: Callable[[str], None]) -> None:
+                     total: int, note: Callable[[str], None], key: dict) -> None:
     """Decide what an existing output becomes: resumed, resumed across servers (--resume), or set aside (--force)."""
     if cfg.force:
         note(f"--force: starting over; the earlier result was kept as {set_aside(cfg.output)}")
@@ -286,6 +404,7 @@ def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dic
         servers.append({"api_base": api_base, "model": served["id"]})
     if len(servers) > 1:
         header["servers"] = servers
+    drop_changed_rows(done, key, note, range(total))
     scored = sum(1 for i in range(total) if i in done)
     note(f"resuming {scored}/{total} rows from {cfg.output}" + (f" ({mismatch}; --resume)" if mismatch else ""))
 

@@ -1,4 +1,7 @@
-"""Read a JSONL data file whole and check it before any request is sent: a bad line names its number."""
+"""Read a JSONL data file whole and check it before any request is sent: a bad line names its number.
+
+Lines end at b"\\n" only (a U+2028 or U+0085 inside a string is text); the file is capped in size (soarpack.inputs),
+so a device or an endless pipe is refused, and a pipe (`/dev/fd/N`) is read like a file."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from pathlib import Path
 from typing import Iterable, List, Tuple
 
 from soarpack.errors import InputDataError
+from soarpack.inputs import MAX_DATA_BYTES, iter_lines
 
 
 def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> List[dict]:
@@ -19,14 +23,9 @@ def read_jsonl_numbered(path: str | Path, required: Iterable[str] = ()) -> List[
     """As read_jsonl, with each row's 1-based line number (for messages about a row's content)."""
     path = Path(path)
     required = tuple(required)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputDataError(f"data file {path} does not exist", "check the path") from None
-    except UnicodeDecodeError as exc:
-        raise InputDataError(f"{path} is not UTF-8 text ({exc.reason})", "re-save it as UTF-8 JSONL") from None
+    lines = iter_lines(path, "data file", MAX_DATA_BYTES)
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in lines:
         if not line.strip():
             continue
         try:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from soarpack import _toml
 from soarpack.errors import ConfigError, InputDataError
+from soarpack.inputs import MAX_TEXT_BYTES, MAX_TOML_BYTES, read_text_capped
 
 K = 1024
 
@@ -62,7 +63,7 @@ def load_mix(path: Optional[Path]) -> Dict[str, Tuple[Bucket, ...]]:
         return DEFAULT_MIX
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_capped(path, "mix file", MAX_TOML_BYTES)
         raw = json.loads(text) if path.suffix == ".json" else _toml.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"mix file {path} does not exist", "check the path") from None
@@ -226,7 +227,7 @@ def speedset_text(path: Optional[Path]) -> Optional[str]:
     if path is None:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text_capped(path, "text file", MAX_TEXT_BYTES)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"cannot read text file {path} ({exc.__class__.__name__})", "pass a UTF-8 text file") from None
     if not text.strip():

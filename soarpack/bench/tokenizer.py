@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from soarpack.errors import InputDataError
 
@@ -48,3 +49,23 @@ def stop_strings(model_dir: str | Path, tokenizer=None, *, trust_remote_code: bo
         words.append(tokenizer.eos_token)
     # The platform passes list(set(...)); sorted keeps our requests reproducible with the same members.
     return sorted({word for word in words if word})
+
+
+def chat_template_digest(model_dir: str | Path) -> Optional[str]:
+    """A short digest of the chat template(s) a model directory declares (chat_template.jinja/.json, else
+    tokenizer_config.json's `chat_template`), as the server applies them; None when it declares none."""
+    model_dir = Path(model_dir)
+    parts: List[str] = []
+    for name in ("chat_template.jinja", "chat_template.json"):
+        path = model_dir / name
+        if path.is_file():
+            parts.append(f"{name}\n{path.read_bytes().decode('utf-8', 'replace')}")
+    config_path = model_dir / "tokenizer_config.json"
+    if not parts and config_path.is_file():
+        try:
+            template = json.loads(config_path.read_bytes().decode("utf-8")).get("chat_template")
+        except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+            raise InputDataError(f"{config_path} is not a JSON object ({exc})", "restore the model's original file") from None
+        if template:
+            parts.append(json.dumps(template, sort_keys=True))
+    return hashlib.sha1("\n".join(parts).encode("utf-8")).hexdigest()[:16] if parts else None

@@ -262,8 +262,11 @@ def build_bundle(
         _check_sglang_src(sglang_src)
     calib = [Path(c) for c in calib]
     for c in calib:
-        if not c.is_file():
+        if not c.exists():
             raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
+        if not c.is_file():  # a directory, a device or a pipe: the bundle ships a copy, read again on the platform
+            raise ConfigError(f"--calib {c} is not a regular file", "pass a JSONL or text file (a bundle ships a copy "
+                              "of it, so a device or a pipe cannot be one)")
     check_input_names(calib + ([Path(str(recipe))] if recipe is not None and is_path(recipe) else []))
     if wheel_dir is not None and not wheels:
         raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")

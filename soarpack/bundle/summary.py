@@ -14,8 +14,9 @@ from typing import Any, Dict
 
 from soarpack.bundle.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from soarpack.bundle.risks import manifest_risks
-from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem
+from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
+from soarpack.quant.calib import count_rows
 from soarpack.fsutil import sha256_file
 
 MAX_MEMBER_BYTES = 64 * 2**20  # MANIFEST.json is a few kB; a calibration file a few MB
@@ -35,7 +36,8 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
 def _read_manifest_and_calib(path: Path) -> tuple:
     manifest, calib = None, {}
     try:
-        with tarfile.open(path, "r|*") as tar:
+        require_gzip(path)
+        with tarfile.open(path, "r|gz") as tar:
             for member in tar:
                 if member.name == MANIFEST_NAME:
                     try:
@@ -63,8 +65,8 @@ def inspect_bundle(path: str | Path) -> Dict[str, Any]:
     path = Path(path)
     manifest, calib = _read_manifest_and_calib(path)
     m: Manifest = manifest
-    sources = [{"file": name, "rows": sum(1 for line in calib.get(name, b"").decode("utf-8", "replace").splitlines()
-                                          if line.strip())}
+    # Counted as quantize reads them: JSONL by suffix or content, lines ending at "\n" only; a text file is one row.
+    sources = [{"file": name, "rows": count_rows(name, calib.get(name, b"").decode("utf-8", "replace"))}
                for name in m.quantize.calib]
     return {
         "id": m.id,

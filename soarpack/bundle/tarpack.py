@@ -4,7 +4,8 @@ Packing: sorted names, fixed mtime, uid/gid 0, empty owner names, gzip header mt
 byte-identical tarballs. Extraction refuses absolute names, `..`, links that leave the tree (each resolved through
 the archive's own symlinks, so chains of links are caught), hard links to nothing, duplicate names and device
 files, whatever Python version runs it (tarfile's `filter=` only exists from 3.10.12); and caps the entry count and
-the unpacked size (see MAX_ENTRIES, MAX_UNPACKED_BYTES, MAX_RATIO) before writing anything.
+the unpacked size (see MAX_ENTRIES, MAX_UNPACKED_BYTES, MAX_RATIO) before writing anything. An archive is judged by
+its first bytes, not its name: only gzip content is read, as the platform's `tar xzf` reads only that.
 """
 
 from __future__ import annotations
@@ -200,9 +201,38 @@ def check_limits(members: list[tarfile.TarInfo], tarball_bytes: int, *, max_entr
                                  "a soarpack bundle unpacks to a few times its size; this one is a decompression bomb")
 
 
+# What the first bytes of a file say it is; the name says nothing (the platform runs `tar xzf` on the upload).
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"),
+          (b"PK\x03\x04", "zip"))
+
+
+def archive_format(head: bytes) -> str:
+    """'gzip', 'xz', 'bzip2', 'zstd', 'zip', 'tar' (uncompressed), 'empty' or 'unknown', from a file's first
+    512 bytes."""
+    if not head:
+        return "empty"
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    return "tar" if head[257:262] == b"ustar" else "unknown"
+
+
+def require_gzip(path: str | os.PathLike) -> None:
+    """Refuse a file that `tar xzf` would refuse, whatever it is named: only gzip content is a bundle."""
+    with open(path, "rb") as fh:
+        kind = archive_format(fh.read(512))
+    if kind != "gzip":
+        what = {"empty": "an empty file", "unknown": "not an archive (no gzip header)",
+                "tar": "an uncompressed tar"}.get(kind, f"a {kind}-compressed file")
+        raise SoarpackError(f"cannot read {path} as a tarball: it is {what}, not gzip, and the platform extracts the "
+                            "upload with `tar xzf`", "pass the .tar.gz that `soarpack build` wrote: gzip content, "
+                            "whatever the file's name")
+
+
 def _read_members(tar_path: Path) -> tuple[tarfile.TarFile, list[tarfile.TarInfo]]:
     try:
-        tar = tarfile.open(tar_path, "r:*")
+        require_gzip(tar_path)
+        tar = tarfile.open(tar_path, "r:gz")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise SoarpackError(f"cannot read {tar_path} as a tarball: {exc}", "pass the .tar.gz that `soarpack build` wrote") from None
     try:

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 from soarpack.errors import SoarpackError
 from soarpack.facts import engine as engine_facts, image
 from soarpack.fsutil import atomic_write_json, sha256_file
-from soarpack.imagestack import cache_root, find_python310  # noqa: F401 - find_python310 is used here and by callers
+from soarpack.imagestack import cache_root, find_python310, make_cache_dir  # noqa: F401 - find_python310 is used here and by callers
 from soarpack.steps import EventCallback, lines_to, no_events
 
 LOCK_PATH = Path(__file__).resolve().parent / "platform-lock.json"
@@ -208,7 +208,7 @@ def _platform_args() -> List[str]:
 def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, on_event: EventCallback = no_events) -> None:
     """Download/build every locked wheel that the cache lacks (network to PyPI needed only then)."""
     log = lines_to(on_event, "wheels")
-    cache.mkdir(parents=True, exist_ok=True)
+    make_cache_dir(cache, "wheel cache")
     missing = [w for w in lock if _cached(cache, w) is None]
     binaries = [w for w in missing if w.source == "pypi"]
     sdists = [w for w in missing if w.source == "sdist"]

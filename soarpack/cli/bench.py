@@ -127,7 +127,8 @@ def eval_cmd(
                                      "same --api-base and model, from the same data."),
     resume: bool = typer.Option(False, "--resume",
                                 help="Resume OUTPUT although its server or model differ (e.g. the same "
-                                     "checkpoint on another port); the file lists both servers."),
+                                     "checkpoint on another port); the file lists both servers. Rows asked of "
+                                     "another model id are sent again."),
     force: bool = typer.Option(False, "--force",
                                help="Start OUTPUT over; the old file is kept beside as NAME.old-N.json."),
     label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),

@@ -223,17 +223,21 @@ def calib_cmd(
     inputs = [*(files or []), tokenizer]
     if write_builtin:
         ensure_writable_output(write_builtin, what="--write-builtin", inputs=inputs)
-    dense_len = None
+    dense_len = vocab_size = None
     if (tokenizer / "config.json").is_file():
         from soarpack.sala.config import load_config
 
         try:
-            dense_len = load_config(tokenizer).dense_len
+            config = load_config(tokenizer)
+            dense_len, vocab_size = config.dense_len, config.vocab_size
         except Exception:
             dense_len = None
-    from soarpack.sala.tokenizer import load_tokenizer
+    from soarpack.sala.tokenizer import check_vocab_fits, load_tokenizer
 
-    data = build_calibration(files or None, load_tokenizer(tokenizer), rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
+    loaded = load_tokenizer(tokenizer)
+    if vocab_size is not None:
+        check_vocab_fits(loaded, vocab_size, tokenizer)
+    data = build_calibration(files or None, loaded, rows=rows, max_len=max_len, seed=seed, dense_len=dense_len)
     summary = summarize(data, max_len)
     from soarpack.quant.calibinfo import rows_line, shortfall, sources_of, where_from
 

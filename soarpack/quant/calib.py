@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, InputDataError
+from soarpack.inputs import MAX_CALIB_BYTES, check_input_path, iter_lines, read_text_capped
 from soarpack.quant.options import CALIBRATION_DEFAULTS
 
 MIN_ROW_TOKENS = 8
@@ -61,6 +62,8 @@ def _check_string(value: Any, where: str, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InputDataError(f"{where}: `{field}` must be a non-empty string, got {type(value).__name__}",
                              "fix or delete that row")
+    if not value.strip():
+        raise InputDataError(f"{where}: `{field}` is only whitespace", "fix or delete that row")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -76,7 +79,7 @@ def _example_from_obj(obj: Any, where: str) -> Example:
     if "question" in obj:
         q = _check_string(obj["question"], where, "question")
         gold = obj.get("gold")
-        answer = _check_string(gold, where, "gold") if isinstance(gold, str) and gold else None
+        answer = _check_string(gold, where, "gold") if isinstance(gold, str) and gold.strip() else None
         return Example(task=str(obj.get("task") or "soar"), messages=[{"role": "user", "content": q}],
                        answer=answer, source=where)
     if "text" in obj:
@@ -110,14 +113,6 @@ def check_renders(example: Example) -> None:
                              "fix or delete that row") from None
 
 
-def _decode(data: bytes, where: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputDataError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
-                             "re-save the file as UTF-8") from None
-
-
 def _check_looks_like_text(text: str, where: str) -> None:
     controls = sum(1 for ch in text if (ch < " " and ch not in _TEXT_CONTROLS) or ch in "\x7f\ufffd")
     if controls > MAX_CONTROL_SHARE * len(text):
@@ -125,28 +120,62 @@ def _check_looks_like_text(text: str, where: str) -> None:
                              "this is not text", "pass a UTF-8 text or JSONL file")
 
 
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")  # compared lower-cased: `.JSONL` is JSONL too
+
+
+def _first_line_is_object(text: str) -> bool:
+    """Content sniffing for a file without a JSONL suffix: its first non-blank line is a JSON object."""
+    for line in text.split("\n"):
+        if line.strip():
+            try:
+                return isinstance(json.loads(line), dict)
+            except json.JSONDecodeError:
+                return False
+    return False
+
+
+def count_rows(name: str, text: str) -> int:
+    """How many examples read_examples makes of a file with this name and text (without validating them)."""
+    if Path(name).suffix.lower() in JSONL_SUFFIXES or _first_line_is_object(text):
+        return sum(1 for line in text.split("\n") if line.strip())
+    return 1 if text.strip() else 0
+
+
+def _examples_from_lines(path: Path, lines: Iterable) -> List[Example]:
+    out = []
+    for lineno, line in lines:
+        where = f"{path.name}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputDataError(f"{where}: not valid JSON ({exc.msg})", "one JSON object per line") from None
+        out.append(_example_from_obj(obj, where))
+    if not out:
+        raise InputDataError(f"calibration file {path.name} holds no rows")
+    return out
+
+
+def _check_binary_chunk(chunk: str, path: Path) -> None:
+    # A whole chunk (1 MiB) of control characters is binary data (/dev/zero): refused now, not at the size cap.
+    if len(chunk) >= 2**16:
+        _check_looks_like_text(chunk, str(path))
+
+
 def read_examples(path: str | Path) -> List[Example]:
-    """Examples of one file; a broken line (bad UTF-8, bad JSON, wrong types) stops with the file and line number."""
+    """Examples of one file; a broken line (bad UTF-8, bad JSON, wrong types) stops with the file and line number.
+
+    A file is JSONL by its suffix (`.jsonl`, `.json`, `.ndjson`, any case) or by its content (its first non-blank
+    line is a JSON object); any other file is one text row. Lines end at "\\n" only, so a U+2028 or U+0085 inside a
+    string stays in it. The file is read as a stream (a pipe such as /dev/fd/N is input) under a size cap."""
     path = Path(path)
-    if not path.is_file():
-        raise InputDataError(f"calibration file {path} does not exist", "check the path")
-    if path.suffix in (".jsonl", ".json"):
-        out = []
-        with path.open("rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                where = f"{path.name}:{lineno}"
-                line = _decode(raw, where)
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputDataError(f"{where}: not valid JSON ({exc.msg})", "one JSON object per line") from None
-                out.append(_example_from_obj(obj, where))
-        if not out:
-            raise InputDataError(f"calibration file {path.name} holds no rows")
-        return out
-    text = _decode(path.read_bytes(), path.name)
+    check_input_path(path, "calibration file")
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return _examples_from_lines(path, iter_lines(path, "calibration file", MAX_CALIB_BYTES))
+    text = read_text_capped(path, "calibration file", MAX_CALIB_BYTES, check_chunk=lambda chunk: _check_binary_chunk(chunk, path))
+    if _first_line_is_object(text):
+        return _examples_from_lines(path, enumerate(text.split("\n"), 1))
     if not text.strip():
         raise InputDataError(f"calibration file {path.name} is empty")
     _check_looks_like_text(text, path.name)
@@ -164,7 +193,14 @@ def encode_example(ex: Example, tokenizer: Any) -> List[int]:
                 return list(tokenizer.encode(text))
             raise InputDataError(f"{ex.source}: chat rows need a chat template and the tokenizer has none",
                                  'use {"text": ...} rows or a model directory with a chat template')
-        prompt = tokenizer.apply_chat_template(ex.messages, tokenize=False, add_generation_prompt=ex.messages[-1]["role"] != "assistant")
+        try:
+            prompt = tokenizer.apply_chat_template(ex.messages, tokenize=False,
+                                                   add_generation_prompt=ex.messages[-1]["role"] != "assistant")
+        except Exception as exc:  # jinja's TemplateError, or whatever the template's own code raises
+            raise InputDataError(f"{ex.source}: the model's chat template fails on this row "
+                                 f"({exc.__class__.__name__}: {str(exc)[:200]})",
+                                 "fix the chat_template in the model's tokenizer_config.json (or chat_template.jinja), "
+                                 "or use {\"text\": ...} rows") from None
         if ex.answer:
             prompt += ex.answer
         # The template already holds the special tokens it wants.

@@ -161,10 +161,12 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     from soarpack.quant.calib import check_max_len
     from soarpack.recipe.model import load_recipe
     from soarpack.sala.config import load_config
+    from soarpack.sala.tokenizer import check_vocab_fits, load_tokenizer
 
     # Replaceable, writable, overlapping no input: found now, not after gptq. Stale temp folders of killed runs go.
     prepare_output_dir(out_dir, opts.force, inputs=inputs, log=lambda m: log.note("check", m))
     config = load_config(model_dir)
+    check_vocab_fits(load_tokenizer(model_dir), config.vocab_size, model_dir)
     recipe = load_recipe(opts.recipe)
     recipe.validate_for(config)
     calibration, sources = resolve_calibration(opts.calibration, recipe.calibration)

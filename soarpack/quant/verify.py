@@ -178,8 +178,11 @@ def _check_quant_config(qc: Dict[str, Any], ckpt: Path, add) -> None:
     else:
         try:
             other = json.loads(qf.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             add("quant-config", "quantize_config.json", "not valid JSON")
+            return
+        if not isinstance(other, dict):
+            add("quant-config", "quantize_config.json", f"a JSON {type(other).__name__}, not an object")
             return
         for key in ("bits", "group_size", "sym", "desc_act", "quant_method", "checkpoint_format", "dynamic"):
             if other.get(key) != qc.get(key):

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from soarpack import _toml
 from soarpack.errors import ConfigError
+from soarpack.inputs import MAX_TOML_BYTES, read_text_capped
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 RECIPES_DIR = PACKAGE_DIR / "recipes"
@@ -37,7 +38,7 @@ def read_toml(path: Path) -> Dict[str, Any]:
 
 def read_text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_text_capped(path, "TOML file", MAX_TOML_BYTES)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})", "a recipe is a UTF-8 TOML file") from None
     except IsADirectoryError:
@@ -86,7 +87,7 @@ def locate(arg: Union[str, Path], kind: Kind) -> Located:
     text = str(arg)
     if is_path(arg):
         path = Path(text)
-        if not path.is_file():
+        if not path.exists() or path.is_dir():  # a device or a pipe is read_text's to refuse, for what it is
             what = "is a directory, not a TOML file" if path.is_dir() else "does not exist"
             raise ConfigError(f"{kind} file {text!r} {what}", "check the path")
         return Located(path, None)

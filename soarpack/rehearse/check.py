@@ -494,7 +494,14 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
             raise SoarpackError(f"--keep {work} is a file", "pass a new or empty folder to --keep")
         if work.exists() and any(work.iterdir()):
             raise SoarpackError(f"rehearsal folder {work} is not empty", "pass a new or empty folder to --keep")
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SoarpackError(f"--keep {work} cannot be created ({exc.strerror or exc})",
+                                "pass a folder on a writable disk to --keep, or leave --keep out") from None
+        from soarpack.fsutil import ensure_writable_output
+
+        ensure_writable_output(work / "bundle", what="--keep folder")
     from soarpack.bundle.risks import check_accepted
 
     report = CheckReport(bundle=str(bundle), stack=DEV_STACK if dev_stack else IMAGE_STACK, risks=list(risks or []),

@@ -39,3 +39,13 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> PreT
                              "the directory needs tokenizer.json or tokenizer.model plus tokenizer_config.json") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def check_vocab_fits(tokenizer, vocab_size: int, where: str | Path) -> None:
+    """Refuse a tokenizer whose ids reach past the checkpoint's embedding (config.json's vocab_size): GPTQModel
+    would replace those ids with 0 and say so only in its log, calibrating on other text than the user's."""
+    size = len(tokenizer)
+    if size > vocab_size:
+        raise InputDataError(f"the tokenizer in {where} has {size:,} tokens, more than config.json's vocab_size "
+                             f"{vocab_size:,}: ids from {vocab_size:,} on have no embedding row",
+                             "use the tokenizer that belongs to this checkpoint (or fix vocab_size in config.json)")

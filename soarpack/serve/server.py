@@ -98,8 +98,12 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log_fh:
-        proc = subprocess.Popen(list(command), stdout=log_fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        try:
+            proc = subprocess.Popen(list(command), stdout=log_fh, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        except OSError as exc:  # a --python that does not exist or cannot run
+            raise ServerError(f"cannot start {command[0]} ({exc.strerror or exc})",
+                              "pass --python the interpreter that has the SGLang fork installed") from None
     server = Server(proc, url, log_path, list(command))
     t0 = time.monotonic()
     next_progress = PROGRESS_EVERY_S

@@ -1,0 +1,328 @@
+"""The input sweep of docs/input-sweep.md: every command against bad (and some valid but unusual) input on each of
+its input surfaces, each case run as `python -m soarpack ...` in a child process (60 s, 3 GiB of address space).
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/input_sweep.py            # this tree
+    PYTHONPATH=/work/old .venv/bin/python scripts/input_sweep.py       # the soarpack of another checkout
+
+The fixtures (tokenizer, tiny and quantized models, bundles, scripted servers) are made once with this checkout's
+soarpack; the children import the soarpack of PYTHONPATH. A case passes when its exit code is the expected one, its output holds
+the expected words and no traceback; the table printed is Markdown (id, command, surface, case, result).
+Run from outside the checkout (cwd first on sys.path would shadow PYTHONPATH); it changes to a temp dir itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(HERE), str(HERE / "tests")]  # fixtures come from this checkout, the children from PYTHONPATH
+
+TIMEOUT_S = 60
+
+
+class _Html(BaseHTTPRequestHandler):
+    """A server that answers everything with an HTML page (a proxy's error page, a wrong port)."""
+
+    def log_message(self, *args):
+        pass
+
+    def _page(self):
+        body = b"<html><body>502 Bad Gateway</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _page
+
+
+def fixtures(work: Path) -> dict:
+    from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+    from soarpack.bundle.build import build_bundle
+    from soarpack.bundle.tarpack import safe_extract, write_tarball
+    from soarpack.sala.tiny import make_tiny_model
+
+    long = " ".join(["word"] * 40)
+    f = {"w": str(work)}
+    f["tok"] = make_tiny_tokenizer(work / "tok", text=long)
+    tiny = make_tiny_model(work / "tiny", seed=0)
+    f["tiny"] = str(tiny)
+    from soarpack.quant.options import quantize_options
+    from soarpack.quant.run import quantize
+
+    quantized = work / "quantized"  # a real GPTQ checkpoint of the tiny model (about 20 s on a CPU)
+    quantize(tiny, quantized, quantize_options(rows=8, max_len=64))
+    f["quantized"] = str(quantized)
+    bundle = build_bundle(work / "b.tar.gz", wheels=False, calib_rows=8).path
+    f["bundle"] = str(bundle)
+
+    def write(name, text, mode="w"):
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "wb":
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+        f[name.replace(".", "_").replace("/", "_").replace("-", "_")] = str(path)
+        return path
+
+    rows = "".join(json.dumps({"text": f"row {i} {long}"}) + "\n" for i in range(3))
+    write("cal.NDJSON", rows)
+    write("cal.jsonl", rows)
+    write("cal_ls.jsonl", json.dumps({"text": f"{long}\u2028{long}\u0085{long}"}, ensure_ascii=False) + "\n")
+    write("cal_ws.jsonl", json.dumps({"text": "   "}) + "\n")
+    write("q.jsonl", json.dumps({"task": "mcq", "question": f"pick {long}", "gold": "A"}) + "\n")
+    write("bad.toml", b"[quant]\nname = \"\xff\xfe\"\n", "wb")
+    write("data.jsonl", "".join(json.dumps({"task": "niah", "question": f"q{i}", "gold": ["x"]}) + "\n" for i in range(3)))
+    write("data_ls.jsonl", json.dumps({"task": "niah", "question": "a\u2028b", "gold": ["x"]}, ensure_ascii=False) + "\n")
+    write("data_ws.jsonl", json.dumps({"task": "niah", "question": " \t ", "gold": ["x"]}) + "\n")
+    write("list.json", "[1, 2]")
+    write("speed.jsonl", "".join(json.dumps({"question": f"q {long}", "model_response": long}) + "\n" for _ in range(4)))
+    write("speed_ls.jsonl", json.dumps({"question": f"q\u2028{long}", "model_response": long}, ensure_ascii=False) + "\n")
+    write("afile", "a file\n")
+    (work / "adir").mkdir()
+    f["adir"] = str(work / "adir")
+
+    # a chat template that raises, a tokenizer larger than config.json's vocab_size
+    raising = work / "raising"
+    shutil.copytree(f["tok"], raising)
+    config = json.loads((raising / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('no conversation is allowed') }}"
+    (raising / "tokenizer_config.json").write_text(json.dumps(config))
+    f["raising"] = str(raising)
+    big_vocab = work / "bigvocab"
+    shutil.copytree(tiny, big_vocab)
+    from transformers import AutoTokenizer
+
+    vocab = json.loads((big_vocab / "config.json").read_text())["vocab_size"]
+    tokenizer = AutoTokenizer.from_pretrained(str(big_vocab), trust_remote_code=False)
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(vocab - len(tokenizer) + 5)])
+    tokenizer.save_pretrained(str(big_vocab))
+    f["bigvocab"] = str(big_vocab)
+    qc_list = work / "qclist"
+    shutil.copytree(quantized, qc_list)
+    (qc_list / "quantize_config.json").write_text("[1, 2]")
+    f["qclist"] = str(qc_list)
+
+    # bundles: other containers named .tar.gz, a malformed MANIFEST, a calibration row with U+2028
+    def repack(name, mode):
+        out = work / name
+        with tarfile.open(bundle, "r:gz") as src, tarfile.open(out, mode) as dst:
+            for member in src.getmembers():
+                dst.addfile(member, src.extractfile(member) if member.isreg() else None)
+        f[name.replace(".", "_").replace("-", "_")] = str(out)
+
+    repack("plain.tar.gz", "w")
+    repack("xz.tar.gz", "w:xz")
+    tree = work / "tree"
+    safe_extract(bundle, tree)
+    manifest = json.loads((tree / "MANIFEST.json").read_text())
+    (tree / "MANIFEST.json").write_text(json.dumps({**manifest, "quantize": "w4"}))
+    f["badmanifest"] = str(write_tarball(tree, work / "badmanifest.tar.gz"))
+    (tree / "MANIFEST.json").write_text(json.dumps({**manifest, "profile": "safe"}))
+    f["badprofile"] = str(write_tarball(tree, work / "badprofile.tar.gz"))
+    build_bundle(work / "ls.tar.gz", wheels=False, calib=[f["cal_ls_jsonl"]])
+    f["lsbundle"] = str(work / "ls.tar.gz")
+
+    # eval outputs: a hand-edited score, a JSON list
+    good = FakeSGLang(chat=lambda q: ChatReply("</think>x"), generate=GenerateScript()).start()
+    f["api"] = good.url
+    html = ThreadingHTTPServer(("127.0.0.1", 0), _Html)
+    threading.Thread(target=html.serve_forever, daemon=True).start()
+    f["html"] = f"http://127.0.0.1:{html.server_address[1]}"
+    from soarpack.bench.evaluate import EvalConfig, run_eval
+
+    edited = work / "edited.json"
+    run_eval(EvalConfig(api_base=good.url, data=Path(f["data_jsonl"]), output=edited))
+    saved = json.loads(edited.read_text())
+    saved["rows"][0]["score"] = 50
+    edited.write_text(json.dumps(saved))
+    f["edited"] = str(edited)
+    archives = sorted((HERE.parent / "shared" / "data" / "sglang-fork").glob("*-python.tar.gz"))
+    if archives:  # a real fork tree for the sglang cases (the checkout's ../shared)
+        with tarfile.open(archives[0]) as tar:
+            tar.extractall(work / "fork", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        f["fork"] = str(work / "fork" / "python")
+    file_cache = write("cachefile", "not a folder\n")
+    f["cachefile"] = str(file_cache)
+    return f
+
+
+# (id, command, surface, case, argv or a bash line (str), expected exit code, words the output must hold, env)
+CASES = [
+    ("T1", "tiny-model", "OUT", "an existing file", ["tiny-model", "{afile}"], 2, ["afile"], {}),
+    ("T2", "tiny-model", "--pattern", "a letter other than S/L", ["tiny-model", "{w}/t2", "--pattern", "SQ"], 2, ["pattern"], {}),
+    ("T3", "tiny-model", "--vocab", "a vocabulary too small for the tokenizer", ["tiny-model", "{w}/t3", "--vocab", "10"], 2, ["vocab"], {}),
+    ("C1", "calib", "FILE", "a directory", ["calib", "{adir}", "--model-dir", "{tok}"], 2, ["is a directory"], {}),
+    ("C2", "calib", "FILE", "/dev/zero", ["calib", "/dev/zero", "--model-dir", "{tok}"], 2, ["not text"], {}),
+    ("C3", "calib", "FILE", "/dev/urandom", ["calib", "/dev/urandom", "--model-dir", "{tok}"], 2, ["not UTF-8"], {}),
+    ("C4", "calib", "FILE", "cal.NDJSON, 3 rows", ["calib", "{cal_NDJSON}", "--model-dir", "{tok}", "--max-len", "64"], 0, ["3 rows"], {}),
+    ("C5", "calib", "FILE", "a pipe, <(cat cal.jsonl)", "python -m soarpack calib <(cat {cal_jsonl}) --model-dir {tok} --max-len 64", 0, ["3 rows"], {}),
+    ("C6", "calib", "FILE", "U+2028 and U+0085 inside a JSON string", ["calib", "{cal_ls_jsonl}", "--model-dir", "{tok}", "--max-len", "64"], 0, ["1 rows"], {}),
+    ("C7", "calib", "FILE", "a whitespace-only row", ["calib", "{cal_ws_jsonl}", "--model-dir", "{tok}"], 2, ["only whitespace"], {}),
+    ("C8", "calib", "--model-dir", "a chat template that raises", ["calib", "{q_jsonl}", "--model-dir", "{raising}", "--max-len", "64"], 2, ["chat template"], {}),
+    ("C9", "calib", "--model-dir", "a folder without a tokenizer", ["calib", "{cal_jsonl}", "--model-dir", "{adir}"], 2, ["tokenizer"], {}),
+    ("C10", "calib", "--model-dir", "a tokenizer larger than vocab_size", ["calib", "--model-dir", "{bigvocab}"], 2, ["vocab_size"], {}),
+    ("C11", "calib", "--write-builtin", "a directory", ["calib", "--model-dir", "{tiny}", "--max-len", "64", "-n", "4", "--write-builtin", "{adir}"], 2, ["adir"], {}),
+    ("Q1", "quantize", "--calib", "/dev/zero", ["quantize", "{tiny}", "{w}/q1", "--calib", "/dev/zero"], 2, ["not text"], {}),
+    ("Q2", "quantize", "--recipe", "/dev/zero", ["quantize", "{tiny}", "{w}/q2", "--recipe", "/dev/zero"], 2, ["/dev/zero", "larger than"], {}),
+    ("Q3", "quantize", "--recipe", "a directory", ["quantize", "{tiny}", "{w}/q3", "--recipe", "{adir}"], 2, ["adir"], {}),
+    ("Q4", "quantize", "--calib", "a whitespace-only row", ["quantize", "{tiny}", "{w}/q4", "--calib", "{cal_ws_jsonl}"], 2, ["only whitespace"], {}),
+    ("Q5", "quantize", "--held-out", "a missing file", ["quantize", "{tiny}", "{w}/q5", "--held-out", "{w}/nope.jsonl"], 2, ["nope.jsonl"], {}),
+    ("Q6", "quantize", "MODEL_DIR", "a tokenizer larger than vocab_size", ["quantize", "{bigvocab}", "{w}/q6"], 2, ["vocab_size"], {}),
+    ("Q7", "quantize", "--recipe", "non-UTF-8 bytes", ["quantize", "{tiny}", "{w}/q7", "--recipe", "{bad_toml}"], 2, ["UTF-8"], {}),
+    ("V1", "verify", "CKPT", "a file", ["verify", "{afile}"], 2, ["afile"], {}),
+    ("V2", "verify", "CKPT", "quantize_config.json a JSON list", ["verify", "{qclist}"], 1, ["quantize_config.json: a JSON list"], {}),
+    ("V3", "verify", "--original", "a missing folder", ["verify", "{quantized}", "--original", "{w}/nope"], 1, ["nope", "no model.safetensors"], {}),
+    ("S1", "serve-check", "CKPT", "a missing folder", ["serve-check", "{w}/nope", "--sglang-src", "{adir}", "--dev-stack"], 2, ["nope"], {}),
+    ("S2", "serve-check", "CKPT", "an unquantized checkpoint", ["serve-check", "{tiny}", "--sglang-src", "{w}/nope", "--dev-stack"], 2, ["quantized checkpoint"], {}),
+    ("S4", "serve-check", "--sglang-src", "a missing folder", ["serve-check", "{quantized}", "--sglang-src", "{w}/nope", "--dev-stack"], 2, ["nope"], {}),
+    ("S3", "serve-check", "--profile", "/dev/zero", ["serve-check", "{quantized}", "--sglang-src", "{fork}", "--profile", "/dev/zero", "--dev-stack"], 2, ["/dev/zero", "larger than"], {}),
+    ("P1", "profiles", "(none: packaged files)", "plain listing", ["profiles"], 0, ["safe"], {}),
+    ("P2", "profiles", "(none)", "--json", ["profiles", "--json"], 0, ["args_string"], {}),
+    ("P3", "profiles", "env SOARPACK_CACHE", "a file (not used by profiles)", ["profiles"], 0, ["safe"], {"SOARPACK_CACHE": "{cachefile}"}),
+    ("A1", "args", "PROFILE", "an unknown name", ["args", "no-such-profile"], 2, ["no-such-profile"], {}),
+    ("A2", "args", "PROFILE", "/dev/zero", ["args", "/dev/zero"], 2, ["/dev/zero", "larger than"], {}),
+    ("A3", "args", "PROFILE", "non-UTF-8 bytes", ["args", "{bad_toml}"], 2, ["UTF-8"], {}),
+    ("A4", "args", "--sglang-src", "a file", ["args", "safe", "--sglang-src", "{afile}"], 2, ["afile"], {}),
+    ("B1", "build", "--calib", "a directory", ["build", "--no-wheels", "--calib", "{adir}", "-o", "{w}/b1.tar.gz"], 2, ["adir"], {}),
+    ("B2", "build", "--calib", "/dev/zero", ["build", "--no-wheels", "--calib", "/dev/zero", "-o", "{w}/b2.tar.gz"], 2, ["/dev/zero", "not a regular file"], {}),
+    ("B3", "build", "--calib", "a pipe, <(cat cal.jsonl)", "python -m soarpack build --no-wheels --calib <(cat {cal_jsonl}) -o {w}/b3.tar.gz", 2, ["not a regular file"], {}),
+    ("B4", "build", "--calib", "cal.NDJSON (shipped, then counted by inspect)", "python -m soarpack build --no-wheels --calib {cal_NDJSON} -o {w}/b4.tar.gz >/dev/null && python -m soarpack inspect {w}/b4.tar.gz --json", 0, ['"rows": 3'], {}),
+    ("B5", "build", "--recipe", "/dev/zero", ["build", "--no-wheels", "--recipe", "/dev/zero", "-o", "{w}/b5.tar.gz"], 2, ["/dev/zero", "larger than"], {}),
+    ("B6", "build", "--wheel-dir", "a file", ["build", "--wheel-dir", "{afile}", "-o", "{w}/b6.tar.gz"], 2, ["afile"], {}),
+    ("B7", "build", "env SOARPACK_CACHE", "a file, with wheels", ["build", "-o", "{w}/b7.tar.gz"], 2, ["cachefile", "SOARPACK_CACHE"], {"SOARPACK_CACHE": "{cachefile}"}),
+    ("I1", "inspect", "BUNDLE", "an uncompressed tar named .tar.gz", ["inspect", "{plain_tar_gz}"], 2, ["not gzip"], {}),
+    ("I2", "inspect", "BUNDLE", "an xz tar named .tar.gz", ["inspect", "{xz_tar_gz}"], 2, ["not gzip"], {}),
+    ("I3", "inspect", "BUNDLE", "/dev/zero", ["inspect", "/dev/zero"], 2, ["not gzip"], {}),
+    ("I4", "inspect", "archive member MANIFEST.json", "quantize is a string", ["inspect", "{badmanifest}"], 2, ["'quantize'"], {}),
+    ("I5", "inspect", "archive member calib/*.jsonl", "a row holding U+2028 counted as one row", ["inspect", "{lsbundle}", "--json"], 0, ['"rows": 1'], {}),
+    ("I6", "inspect", "BUNDLE", "a directory", ["inspect", "{adir}"], 2, ["adir"], {}),
+    ("K1", "check", "BUNDLE", "an xz tar named .tar.gz", ["check", "{xz_tar_gz}", "--no-rehearse"], 1, ["FAIL extract", "not gzip"], {}),
+    ("K2", "check", "--keep", "an existing file", ["check", "{bundle}", "--no-rehearse", "--keep", "{afile}"], 2, ["afile"], {}),
+    ("K3", "check", "--sglang-src", "a missing folder", ["check", "{bundle}", "--sglang-src", "{w}/nope"], 2, ["nope"], {}),
+    ("K4", "check", "archive member MANIFEST.json", "profile is a string", ["check", "{badprofile}", "--no-rehearse"], 1, ["FAIL structure", "'profile'"], {}),
+    ("K5", "check", "BUNDLE", "/dev/zero", ["check", "/dev/zero", "--no-rehearse"], 1, ["FAIL size"], {}),
+    ("K6", "check", "env SOARPACK_CACHE", "a file (the image stand-in cannot be cached)", ["check", "{bundle}"], 2, ["cachefile", "SOARPACK_CACHE"], {"SOARPACK_CACHE": "{cachefile}"}),
+    ("E1", "eval", "--data", "a directory", ["eval", "-o", "{w}/e1.json", "--api-base", "{api}", "--data", "{adir}"], 2, ["is a directory"], {}),
+    ("E2", "eval", "--data", "/dev/zero", ["eval", "-o", "{w}/e2.json", "--api-base", "{api}", "--data", "/dev/zero"], 2, ["NUL"], {}),
+    ("E3", "eval", "--data", "/dev/urandom", ["eval", "-o", "{w}/e3.json", "--api-base", "{api}", "--data", "/dev/urandom"], 2, ["/dev/urandom"], {}),
+    ("E4", "eval", "--data", "a pipe, <(cat data.jsonl)", "python -m soarpack eval --api-base {api} --data <(cat {data_jsonl}) -o {w}/e4.json --json", 0, ['"ori_accuracy": 100.0'], {}),
+    ("E5", "eval", "--data", "U+2028 inside a question", ["eval", "--api-base", "{api}", "--data", "{data_ls_jsonl}", "-o", "{w}/e5.json", "--json"], 0, ['"scored": 1'], {}),
+    ("E6", "eval", "--data", "a whitespace-only question", ["eval", "-o", "{w}/e6.json", "--api-base", "{api}", "--data", "{data_ws_jsonl}"], 2, ["only whitespace"], {}),
+    ("E7", "eval", "-o", "a JSON list", ["eval", "--api-base", "{api}", "--data", "{data_jsonl}", "-o", "{list_json}"], 2, ["list.json"], {}),
+    ("E8", "eval", "-o", "a resumed file with a score edited to 50", ["eval", "--api-base", "{api}", "--data", "{data_jsonl}", "-o", "{edited}", "--json"], 0, ['"ori_accuracy": 100.0'], {}),
+    ("E9", "eval", "server reply", "/v1/models answers HTML", ["eval", "-o", "{w}/e9.json", "--api-base", "{html}", "--data", "{data_jsonl}"], 2, ["lists no model"], {}),
+    ("E10", "eval", "--model-dir", "a folder without a tokenizer", ["eval", "-o", "{w}/e10.json", "--api-base", "{api}", "--data", "{data_jsonl}", "--model-dir", "{adir}"], 2, ["tokenizer"], {}),
+    ("E11", "eval", "--bundle", "MANIFEST.json quantize is a string", ["eval", "-o", "{w}/e11.json", "--api-base", "{api}", "--data", "{data_jsonl}", "--bundle", "{badmanifest}"], 2, ["'quantize'"], {}),
+    ("E12", "eval", "env HTTP_PROXY", "a dead proxy (ignored: trust_env off)", ["eval", "--api-base", "{api}", "--data", "{data_jsonl}", "-o", "{w}/e12.json", "--json"], 0, ['"scored": 3'], {"HTTP_PROXY": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}),
+    ("N1", "bench", "--s1", "/dev/zero", ["bench", "--api-base", "{api}", "--s1", "/dev/zero", "--model-dir", "{tok}"], 2, ["NUL"], {}),
+    ("N2", "bench", "--s1", "a directory", ["bench", "--api-base", "{api}", "--s1", "{adir}", "--model-dir", "{tok}"], 2, ["is a directory"], {}),
+    ("N3", "bench", "--s1", "U+2028 inside a question", ["bench", "--api-base", "{api}", "--s1", "{speed_ls_jsonl}", "--model-dir", "{tok}", "--no-flush", "--json"], 0, ['"failed": 0'], {}),
+    ("N4", "bench", "server reply", "/v1/models answers HTML", ["bench", "--api-base", "{html}", "--s1", "{speed_jsonl}", "--model-dir", "{tok}"], 2, ["lists no model"], {}),
+    ("N5", "bench", "--model-dir", "a missing folder", ["bench", "--api-base", "{api}", "--s1", "{speed_jsonl}", "--model-dir", "{w}/nope"], 2, ["nope"], {}),
+    ("D1", "speedset", "--text", "/dev/zero", ["speedset", "--model-dir", "{tok}", "-n", "2", "-o", "{w}/d1.jsonl", "--text", "/dev/zero"], 2, ["/dev/zero"], {}),
+    ("D2", "speedset", "--mix", "/dev/zero", ["speedset", "--model-dir", "{tok}", "-n", "2", "-o", "{w}/d2.jsonl", "--mix", "/dev/zero"], 2, ["/dev/zero"], {}),
+    ("D3", "speedset", "--text", "a directory", ["speedset", "--model-dir", "{tok}", "-n", "2", "-o", "{w}/d3.jsonl", "--text", "{adir}"], 2, ["adir"], {}),
+    ("D4", "speedset", "--model-dir", "a missing folder", ["speedset", "--model-dir", "{w}/nope", "-n", "2", "-o", "{w}/d4.jsonl"], 2, ["nope"], {}),
+    ("R1", "score", "--ours", "/dev/zero", ["score", "--ours", "/dev/zero", "--best-s1", "1", "--best-s8", "1", "--best-smax", "1"], 2, ["/dev/zero"], {}),
+    ("R2", "score", "--ours", "a directory", ["score", "--ours", "{adir}", "--best-s1", "1", "--best-s8", "1", "--best-smax", "1"], 2, ["adir"], {}),
+    ("R3", "score", "--eval", "a JSON list", ["score", "--ours", "{list_json}", "--eval", "{list_json}", "--best-s1", "1", "--best-s8", "1", "--best-smax", "1"], 2, ["list.json"], {}),
+    ("R4", "score", "--best", "/dev/urandom", ["score", "--ours", "{list_json}", "--best", "/dev/urandom"], 2, ["/dev/urandom"], {}),
+    ("M1", "compare", "RESULTS", "/dev/zero", ["compare", "/dev/zero"], 2, ["/dev/zero"], {}),
+    ("M2", "compare", "RESULTS", "a directory", ["compare", "{adir}"], 2, ["adir"], {}),
+    ("M3", "compare", "RESULTS", "a JSON list", ["compare", "{list_json}"], 2, ["list.json"], {}),
+    ("H1", "rehearse-server", "CKPT", "a missing folder", ["rehearse-server", "{w}/nope", "--data", "{data_jsonl}", "--python", "/nonexistent/python"], 2, ["nope"], {}),
+    ("H2", "rehearse-server", "--python", "a missing interpreter", ["rehearse-server", "{tiny}", "--data", "{data_jsonl}", "--python", "/nonexistent/python", "-o", "{w}/h2"], 2, ["/nonexistent/python"], {}),
+    ("H3", "rehearse-server", "--profile", "/dev/zero", ["rehearse-server", "{tiny}", "--data", "{data_jsonl}", "--profile", "/dev/zero", "-o", "{w}/h3"], 2, ["/dev/zero", "larger than"], {}),
+    ("H4", "rehearse-server", "--data", "/dev/zero", ["rehearse-server", "{tiny}", "--data", "/dev/zero", "--python", "/nonexistent/python", "-o", "{w}/h4"], 2, ["/dev/zero"], {}),
+    ("G1", "sglang check", "--sglang-src", "a missing folder", ["sglang", "check", "--sglang-src", "{w}/nope"], 2, ["nope"], {}),
+    ("G2", "sglang check", "--sglang-src", "a file", ["sglang", "check", "--sglang-src", "{afile}"], 2, ["afile"], {}),
+    ("G3", "sglang check", "--patch", "an unknown name", ["sglang", "check", "--sglang-src", "{fork}", "--patch", "nope"], 2, ["nope"], {}),
+    ("G4", "sglang apply", "--sglang-src", "a missing folder", ["sglang", "apply", "--sglang-src", "{w}/nope", "-o", "{w}/g4"], 2, ["nope"], {}),
+    ("G5", "sglang apply", "-o", "an existing file", ["sglang", "apply", "--sglang-src", "{fork}", "-o", "{afile}"], 2, ["afile"], {}),
+    ("G6", "sglang apply", "--patch", "an unknown name", ["sglang", "apply", "--sglang-src", "{fork}", "-o", "{w}/g6", "--patch", "nope"], 2, ["nope"], {}),
+    ("G7", "sglang list", "(none: packaged patches)", "plain listing", ["sglang", "list"], 0, ["fp8"], {}),
+    ("G8", "sglang list", "(none)", "env SOARPACK_CACHE a file (not used)", ["sglang", "list"], 0, ["fp8"], {"SOARPACK_CACHE": "{cachefile}"}),
+    ("G9", "sglang list", "(none)", "an unknown option", ["sglang", "list", "--nope"], 2, ["--nope"], {}),
+    ("W1", "wheels fetch", "env SOARPACK_CACHE", "a file", ["wheels", "fetch"], 2, ["cachefile", "SOARPACK_CACHE"], {"SOARPACK_CACHE": "{cachefile}"}),
+    ("W2", "wheels fetch", "env XDG_CACHE_HOME", "a file", ["wheels", "fetch"], 2, ["cachefile"], {"XDG_CACHE_HOME": "{cachefile}", "SOARPACK_CACHE": ""}),
+    ("W3", "wheels fetch", "env HOME", "a file, no other cache variable", ["wheels", "fetch"], 2, ["cachefile"], {"HOME": "{cachefile}", "XDG_CACHE_HOME": "", "SOARPACK_CACHE": ""}),
+]
+
+
+def _limit():
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+
+def run_case(case, fx: dict, python: str) -> dict:
+    cid, command, surface, what, argv, code, words, env_over = case
+    if "{fork}" in json.dumps(argv) and "fork" not in fx:
+        return {"id": cid, "command": command, "surface": surface, "case": what, "expected": code, "rc": None,
+                "observed": "not run (no fork archive beside the checkout)", "seconds": 0, "last": ""}
+    env = dict(os.environ)
+    for key, value in env_over.items():
+        env[key] = value.format(**fx)
+    if isinstance(argv, str):
+        cmd = ["bash", "-c", argv.format(**fx).replace("python -m soarpack", f"{python} -m soarpack")]
+    else:
+        cmd = [python, "-m", "soarpack", *[a.format(**fx) for a in argv]]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=_limit, env=env,
+                              cwd=fx["w"], errors="replace")
+        rc, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out = None, (exc.stdout or b"").decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    seconds = time.monotonic() - start
+    flat = " ".join(out.split())
+    if rc is None:
+        observed = "HANG"
+    elif "Traceback (most recent call last)" in out:
+        observed = "TB"
+    elif rc == code and all(w in flat for w in words):
+        observed = "ok"
+    elif rc == 0:
+        observed = "SW"
+    else:
+        observed = f"exit {rc}"
+    last = [ln for ln in out.splitlines() if ln.strip()]
+    said = [ln for ln in last if ln.startswith(("error:", "FAIL ")) or "Error:" in ln.split(" ", 1)[0]]
+    last = said or last  # the error (or failed step) line when there is one, else the last line
+    return {"id": cid, "command": command, "surface": surface, "case": what, "expected": code, "rc": rc,
+            "observed": observed, "seconds": round(seconds, 1), "last": last[-1][:160] if last else ""}
+
+
+def main() -> int:
+    python = sys.executable
+    work = Path(tempfile.mkdtemp(prefix="soarpack-input-sweep-"))
+    try:
+        fx = fixtures(work)
+        only = set(sys.argv[1:])
+        results = [run_case(c, fx, python) for c in CASES if not only or c[0] in only]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("| id | command | surface | case | expected exit | result | last line |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['id']} | {r['command']} | {r['surface']} | {r['case']} | {r['expected']} | {r['observed']} "
+              f"(exit {r['rc']}, {r['seconds']} s) | {r['last'].replace('|', '/')} |")
+    bad = [r["id"] for r in results if r["observed"] != "ok"]
+    print(f"\n{len(results) - len(bad)}/{len(results)} as expected; not: {', '.join(bad) or 'none'}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
