@@ -167,13 +167,13 @@ def _with_manifest(bundle: Path, tmp_path: Path, change) -> Path:
 
 
 MALFORMED = [
-    (lambda m: {**m, "quantize": "w4"}, "'quantize' 'w4', not an object"),
-    (lambda m: {**m, "profile": "safe"}, "'profile' 'safe', not an object"),
-    (lambda m: {**m, "wheels": "none"}, "'wheels' 'none', not an object"),
-    (lambda m: {**m, "sglang": []}, "'sglang' [], not an object"),
-    (lambda m: {k: v for k, v in m.items() if k != "quantize"}, "no 'quantize' section"),
-    (lambda m: {**m, "quantize": {**m["quantize"], "calib": "calib/builtin.jsonl"}}, "'quantize.calib'"),
-    (lambda m: {**m, "profile": {**m["profile"], "args_string": 5}}, "'profile.args_string' 5"),
+    (lambda m: {**m, "quantize": "w4"}, "quantize = 'w4': input should be a valid dictionary"),
+    (lambda m: {**m, "profile": "safe"}, "profile = 'safe': input should be a valid dictionary"),
+    (lambda m: {**m, "wheels": "none"}, "wheels = 'none': input should be a valid dictionary"),
+    (lambda m: {**m, "sglang": []}, "sglang = []: input should be a valid dictionary"),
+    (lambda m: {k: v for k, v in m.items() if k != "quantize"}, "quantize = missing: field required"),
+    (lambda m: {**m, "quantize": {**m["quantize"], "calib": "calib/builtin.jsonl"}}, "quantize [calib] = 'calib/builtin.jsonl': input should be a valid list"),
+    (lambda m: {**m, "profile": {**m["profile"], "args_string": 5}}, "profile [args_string] = 5: input should be a valid string"),
 ]
 
 

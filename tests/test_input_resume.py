@@ -49,6 +49,11 @@ def edit(out: Path, change) -> None:
     out.write_text(json.dumps(saved))
 
 
+def _into(notes: list):
+    """The eval's notes (its "info" events) into a list."""
+    return lambda event: notes.append(event.message) if event.kind == "info" else None
+
+
 def flat(result) -> str:
     return "".join(result.output.split())
 
@@ -58,7 +63,7 @@ def test_changed_gold_is_scored_again_not_resumed_at_100(tmp_path, server):
     assert first["ori_accuracy"] == 100.0
     write_rows(data, ("y",) * 4)  # today's gold: the stored answers are now all wrong
     notes = []
-    resumed = run_eval(EvalConfig(api_base=server.url, data=data, output=out), note=notes.append)
+    resumed = run_eval(EvalConfig(api_base=server.url, data=data, output=out), on_event=_into(notes))
     assert server.chat_bodies == []  # nothing needed asking again: the answers are stored
     assert resumed["ori_accuracy"] == 0.0  # what a fresh run scores
     assert [r["score"] for r in resumed["rows"]] == [0.0] * 4 and resumed["rows"][0]["gold"] == ["y"]
@@ -68,7 +73,7 @@ def test_changed_gold_is_scored_again_not_resumed_at_100(tmp_path, server):
 def test_changed_max_tokens_sends_the_rows_again_and_says_so(tmp_path, server):
     data, out, _ = first_run(tmp_path, server, max_tokens=100)
     notes = []
-    report = run_eval(EvalConfig(api_base=server.url, data=data, output=out, max_tokens=200), note=notes.append)
+    report = run_eval(EvalConfig(api_base=server.url, data=data, output=out, max_tokens=200), on_event=_into(notes))
     assert [b["max_tokens"] for b in server.chat_bodies] == [200] * 4
     assert report["max_tokens"] == 200 and {r["key"]["max_tokens"] for r in report["rows"]} == {200}
     assert any("re-running 4 stored row(s)" in n and "max_tokens was 100, now 200" in n for n in notes), notes
@@ -85,13 +90,13 @@ def test_changed_stop_strings_and_chat_template_send_the_rows_again(tmp_path, se
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     notes = []
     server.chat_bodies.clear()
-    run_eval(EvalConfig(api_base=server.url, data=data, output=out, model_dir=model), note=notes.append)
+    run_eval(EvalConfig(api_base=server.url, data=data, output=out, model_dir=model), on_event=_into(notes))
     assert len(server.chat_bodies) == 4
     assert any("chat_template_sha1 was" in n for n in notes), notes
     (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 3]}))
     notes = []
     server.chat_bodies.clear()
-    run_eval(EvalConfig(api_base=server.url, data=data, output=out, model_dir=model), note=notes.append)
+    run_eval(EvalConfig(api_base=server.url, data=data, output=out, model_dir=model), on_event=_into(notes))
     assert len(server.chat_bodies) == 4 and sorted(server.chat_bodies[0]["stop"]) == ["</s>", "<|im_end|>"]
     assert any("stop was" in n for n in notes), notes
 
@@ -100,7 +105,7 @@ def test_rows_of_another_model_are_asked_again_under_resume(tmp_path, server):
     data, out, _ = first_run(tmp_path, server)
     notes = []
     with FakeSGLang(chat=lambda q: ChatReply("</think>no"), model_id="other-model") as other:
-        report = run_eval(EvalConfig(api_base=other.url, data=data, output=out, resume=True), note=notes.append)
+        report = run_eval(EvalConfig(api_base=other.url, data=data, output=out, resume=True), on_event=_into(notes))
         assert len(other.chat_bodies) == 4
     assert report["ori_accuracy"] == 0.0  # the other model's answers, not the first model's 100
     assert any('model was "fake-sala", now "other-model"' in n for n in notes), notes
