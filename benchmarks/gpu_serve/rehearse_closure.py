@@ -55,6 +55,7 @@ DENSE_MODULES = (
 )
 KERNEL_VERSION = "0.4.5"
 H200_CAPABILITY = (9, 0)
+H200_MEMORY_MIB = 143771  # nvidia-smi on the lent H200 (device KINDS.md)
 
 
 def _load_fork_child():
@@ -93,6 +94,35 @@ class StrictKernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+class HidingPathFinder:
+    """sys.meta_path's PathFinder, blind to packages this CPU has but the device will not: `import X` fails and
+    importlib.util.find_spec(X) is None, as there (transformers probes optional packages that way)."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] in self.names:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, path, target)
+
+    def find_distributions(self, *args, **kwargs):
+        hidden = {n.lower() for n in self.names}
+        for dist in importlib.machinery.PathFinder.find_distributions(*args, **kwargs):
+            if (dist.metadata["Name"] or "").lower() not in hidden:
+                yield dist
+
+    def invalidate_caches(self):
+        importlib.machinery.PathFinder.invalidate_caches()
+
+
+def hide_packages(names):
+    for name in names:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[loaded]
+    sys.meta_path[:] = [HidingPathFinder(names) if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 
 
 def patch_cuda_as_h200(torch, fork_child):
@@ -139,6 +169,7 @@ def setup(args):
     sys.path.extend(os.path.abspath(p) for p in getattr(args, "extra_site", []))
     finder = fork_child.StandinFinder()
     sys.meta_path.insert(0, finder)
+    hide_packages(getattr(args, "absent", []))
     if args.kernel_tree:
         use_kernel_tree(args.kernel_tree)
     else:
@@ -211,6 +242,26 @@ def third_party_packages(recorder, extra_sites=()):
     return dict(sorted(out.items()))
 
 
+def distributions_loaded():
+    """The installed distributions whose top-level modules are loaded now (what must exist on the device too)."""
+    import importlib.metadata as md
+
+    owners = {}  # Python 3.10's packages_distributions reads top_level.txt only; read RECORD too
+    for dist in md.distributions():
+        for f in dist.files or ():
+            top = f.parts[0] if f.parts else ""
+            top = top[: -len(".py")] if top.endswith(".py") else top
+            if top and not top.endswith((".dist-info", ".data")) and top != "..":
+                owners.setdefault(top, set()).add(dist.metadata["Name"])
+    out = set()
+    for name, module in list(sys.modules.items()):
+        if "." in name or not (getattr(module, "__file__", None) or ""):
+            continue
+        for dist in owners.get(name, ()):
+            out.add(dist.lower().replace("_", "-"))
+    return sorted(out)
+
+
 def rehearse(args):
     fork_child, finder, shim = setup(args)
     recorder = ImportRecorder()
@@ -237,7 +288,35 @@ def rehearse(args):
         "cpu_standins_used": sorted(finder.used),
         "sparse_kernel_extension_imported": "sparse_kernel_extension" in sys.modules,
         "third_party": third_party_packages(recorder, args.extra_site),
+        "distributions_loaded": distributions_loaded(),
     }
+
+
+SERVER_ARG_FIELDS = ("model_path", "port", "host", "attention_backend", "quantization", "dtype", "kv_cache_dtype",
+                     "force_dense_minicpm", "disable_radix_cache", "chunked_prefill_size", "cuda_graph_max_bs",
+                     "grammar_backend", "skip_server_warmup", "tp_size", "max_running_requests", "trust_remote_code",
+                     "disable_cuda_graph", "sampling_backend")
+
+
+def parse_server_args(args):
+    """The launcher's argv through the fork's own ServerArgs (prepare_server_args, __post_init__ included)."""
+    fork_child, finder, shim = setup(args)
+    with open(args.parse_args, encoding="utf-8") as fh:
+        argv = json.load(fh)
+    given = argv[argv.index("--model-path") + 1]
+    if args.standin_remote_config:  # a tiny test checkpoint: its placeholder config module is swapped for one that imports
+        i = argv.index("--model-path") + 1
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="served-view-", dir=os.path.dirname(os.path.abspath(args.result)))
+        argv[i] = fork_child.served_dir(argv[i], True, scratch)
+    import sglang.srt.utils.common as common
+
+    common.get_nvgpu_memory_capacity = lambda: H200_MEMORY_MIB  # what nvidia-smi answers on the lent H200
+    from sglang.srt.server_args import prepare_server_args
+
+    server_args = prepare_server_args(argv)
+    return {"ok": True, "argv": argv, "model_path_given": given, "fields": {f: getattr(server_args, f, None) for f in SERVER_ARG_FIELDS}}
 
 
 def record_names(args):
@@ -274,11 +353,17 @@ def main(argv=None):
     parser.add_argument("--kernel-tree")
     parser.add_argument("--kernel-names")
     parser.add_argument("--record-names")
+    parser.add_argument("--absent", action="append", default=[],
+                        help="a package this CPU has and the device will not (imports of it fail)")
+    parser.add_argument("--parse-args", help="a JSON list: the server argv to parse through the fork's ServerArgs")
+    parser.add_argument("--standin-remote-config", action="store_true")
     parser.add_argument("--extra-site", action="append", default=[],
                         help="a folder of pure-Python packages the image stand-in lacks (appended to sys.path)")
     args = parser.parse_args(argv)
     if args.record_names:
         out, path = record_names(args), args.record_names
+    elif args.parse_args:
+        out, path = parse_server_args(args), args.result
     else:
         if not args.fork_src or not args.result or not (args.kernel_tree or args.kernel_names):
             parser.error("--fork-src, --result and one of --kernel-tree/--kernel-names are required")

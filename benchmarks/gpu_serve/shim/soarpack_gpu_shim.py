@@ -49,6 +49,9 @@ MISSING_OPS = {
 STANDIN_MODULES = {
     "tilelang": "TileLang JIT kernels of the sparse backend (minicpm_fuse_kernel.py, minicpm_sparse_utils.py)",
     "infllm_v2": "InfLLM-v2 sparse attention kernels (minicpm_sparse_utils.py)",
+    # not a kernel: sglang/utils.py imports IPython.display (HTML, display) for notebooks at module level; the server
+    # never displays anything, and IPython's stack is 7 MiB of the 64 a device call carries
+    "IPython": "IPython.display for notebooks (sglang/utils.py)",
 }
 
 
@@ -196,7 +199,7 @@ class _Names:
 
 
 def _standin_module(fullname):
-    why = STANDIN_MODULES[fullname.split(".", 1)[0]] + "; dense mode never calls it"
+    why = STANDIN_MODULES[fullname.split(".", 1)[0]] + "; the dense server never calls it"
     module = types.ModuleType(fullname)
     module.__path__ = []
     module.__version__ = "0.0.0+soarpack.standin"
@@ -244,7 +247,10 @@ class ShimFinder(importlib.abc.MetaPathFinder):
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
-            spec = finder.find_spec(fullname, path, target)
+            try:
+                spec = finder.find_spec(fullname, path, target)
+            except ImportError:  # a finder that refuses the name (the CPU rehearsal's "absent on the device")
+                return None
             if spec is not None:
                 return spec
         return None
