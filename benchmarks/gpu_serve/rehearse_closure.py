@@ -177,7 +177,8 @@ def setup(args):
             sys.meta_path.insert(0, StrictKernelFinder(json.load(fh)["modules"]))
     import soarpack_gpu_shim
 
-    soarpack_gpu_shim.install()  # first on sys.meta_path, as sitecustomize does it on the device
+    if not getattr(args, "no_shim", False):
+        soarpack_gpu_shim.install()  # first on sys.meta_path, as sitecustomize does it on the device
     import torch
 
     patch_cuda_as_h200(torch, fork_child)
@@ -355,6 +356,7 @@ def main(argv=None):
     parser.add_argument("--record-names")
     parser.add_argument("--absent", action="append", default=[],
                         help="a package this CPU has and the device will not (imports of it fail)")
+    parser.add_argument("--no-shim", action="store_true", help="leave the shim out (what the fork needs without it)")
     parser.add_argument("--parse-args", help="a JSON list: the server argv to parse through the fork's ServerArgs")
     parser.add_argument("--standin-remote-config", action="store_true")
     parser.add_argument("--extra-site", action="append", default=[],

@@ -199,7 +199,7 @@ class _Names:
 
 
 def _standin_module(fullname):
-    why = STANDIN_MODULES[fullname.split(".", 1)[0]] + "; the dense server never calls it"
+    why = STANDIN_MODULES[fullname.split(".", 1)[0]]
     module = types.ModuleType(fullname)
     module.__path__ = []
     module.__version__ = "0.0.0+soarpack.standin"
