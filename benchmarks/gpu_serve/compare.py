@@ -164,10 +164,11 @@ def cmd_reference(a) -> int:
             tokens, margins = [], []
             for _ in range(a.new_tokens):
                 last = logits[0, -1].float()
-                top = torch.topk(last, 2)
-                tokens.append(int(top.indices[0]))
-                margins.append(float(top.values[0] - top.values[1]))
-                logits = model(top.indices[:1].view(1, 1), cache=cache)
+                nxt = last.argmax()  # the first of equal maxima, as SalaForCausalLM.greedy and torch.argmax pick
+                top = torch.topk(last, 2).values
+                tokens.append(int(nxt))
+                margins.append(float(top[0] - top[1]))  # 0: a tie in bf16 logits, either token is right
+                logits = model(nxt.view(1, 1), cache=cache)
             rows.append({"input_ids": ids, "tokens": tokens, "margins": margins})
     result = {"ckpt": str(ckpt), "quantized": quantized, "reference": "soarpack SalaForCausalLM greedy, bf16",
               "device": a.device, "rows": rows}
