@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +105,7 @@ def main(argv=None):
         print(json.dumps({"cmd": cmd, "server_args": args, "env": {k: env[k] for k in keys if k in env}}, indent=1))
         return 0
     print("launch: " + shlex.join(cmd), flush=True)
-    return subprocess.call(cmd, env=env)
+    os.execvpe(cmd[0], cmd, env)  # the server takes this process's id: a caller's kill reaches it
 
 
 if __name__ == "__main__":

@@ -65,16 +65,27 @@ def _load_fork_child():
     return module
 
 
-def _raise_if_called(qualname):
-    def kernel(*args, **kwargs):
-        raise RuntimeError(f"{qualname}: a kernel of sglang-kernel {KERNEL_VERSION} was called on a CPU rehearsal")
+class _KernelName:
+    """A recorded name of the real package: raises when called; attributes answer likewise (scalar_types.uint4b8,
+    which the fork reads at import, is an object there, not a function)."""
 
-    kernel.__qualname__ = qualname
-    return kernel
+    def __init__(self, qualname):
+        self._qualname = qualname
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self._qualname}: a kernel of sglang-kernel {KERNEL_VERSION} was called on a CPU rehearsal")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _KernelName(f"{self._qualname}.{name}")
+
+    def __repr__(self):
+        return f"<sglang-kernel {KERNEL_VERSION} stand-in {self._qualname}>"
 
 
 class StrictKernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """`sgl_kernel` and its submodules with exactly the recorded public names (each raise-if-called)."""
+    """`sgl_kernel` and its submodules with exactly the recorded public names (each raises when called)."""
 
     def __init__(self, table):
         self.table = table  # {"sgl_kernel": [...], "sgl_kernel.elementwise": [...], ...}
@@ -89,7 +100,7 @@ class StrictKernelFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         module.__version__ = KERNEL_VERSION
         for name in self.table[spec.name]:
-            setattr(module, name, _raise_if_called(f"{spec.name}.{name}"))
+            setattr(module, name, _KernelName(f"{spec.name}.{name}"))
         return module
 
     def exec_module(self, module):
