@@ -3,7 +3,7 @@
 # with `.whl` carried (fetch_wheels.py) and, for W4, the Marlin extension at $MARLIN_SO (default: the first
 # .whl/*marlin*.so or .gpu/*marlin*.so). Stages, in order (each logs to $OUT/<stage>.log and stops the call on failure):
 #   install   the carried wheels into /tmp/serve-site (--target: the device's own torch stays), the trimmed
-#             sglang-kernel into it, the fork's python/ into /tmp/fork
+#             sglang-kernel into it, the fork's python/ into /tmp/fork, .whl/jitcache.tgz (if carried) into ~
 #   check     device_check.py: the shimmed closure imports for real; rope; Marlin through the fork's path
 #   build     the 2-layer full-width random bf16 model and its w4-mlp copy (compare.py build / w4)
 #   ref       soarpack's reference tokens for both (compare.py reference, the device's own torch, no server stack)
@@ -23,6 +23,7 @@ stage_install() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl &&
   tar -xzf .whl/sglang-kernel-0.4.5-sm90.tar.gz -C "$SITE" &&
   mkdir -p /tmp/fork && tar -xzf .whl/d29fb130c-python.tar.gz -C /tmp/fork &&
+  { [ ! -f .whl/jitcache.tgz ] || tar -xzf .whl/jitcache.tgz -C ~; } &&
   du -sh "$SITE" /tmp/fork
 }
 stage_check() {
