@@ -58,6 +58,8 @@ def test_the_dense_profile_lints_clean_and_is_dense_with_a_bf16_kv_cache(sglang_
 def test_the_launcher_reads_the_profile_without_tomllib_the_same_way(monkeypatch):
     import builtins
 
+    from soarpack.serve.profiles import load_profile
+
     real_import = builtins.__import__
 
     def no_tomllib(name, *a, **k):
@@ -65,10 +67,9 @@ def test_the_launcher_reads_the_profile_without_tomllib_the_same_way(monkeypatch
             raise ImportError(name)
         return real_import(name, *a, **k)
 
+    want = load_profile(PROFILE).args
     monkeypatch.setattr(builtins, "__import__", no_tomllib)
-    from soarpack.serve.profiles import load_profile
-
-    assert launch.read_profile_args(PROFILE) == load_profile(PROFILE).args
+    assert launch.read_profile_args(PROFILE) == want
 
 
 def test_the_launcher_builds_the_platform_launch_line():
@@ -400,6 +401,7 @@ def test_the_closure_holds_with_the_real_sglang_kernel_045_python(image_python, 
 
 @pytest.mark.slow
 @pytest.mark.image_stack
+@pytest.mark.needs_torch
 def test_the_launchers_argv_parses_through_the_forks_server_args(image_python, extra_site, sglang_fork_trees,
                                                                 tiny_pair, tmp_path):
     argv = launch.server_argv(tiny_pair[1], 31234, launch.read_profile_args(PROFILE))
@@ -418,6 +420,7 @@ def test_the_launchers_argv_parses_through_the_forks_server_args(image_python, e
 
 @pytest.mark.slow
 @pytest.mark.image_stack
+@pytest.mark.needs_torch
 def test_the_comparisons_w4_checkpoint_loads_through_the_forks_loader(image_python, sglang_fork_trees, tiny_pair):
     from soarpack.serve import forkcheck as F
 
