@@ -404,7 +404,7 @@ def test_the_closure_holds_with_the_real_sglang_kernel_045_python(image_python, 
 @pytest.mark.needs_torch
 def test_the_launchers_argv_parses_through_the_forks_server_args(image_python, extra_site, sglang_fork_trees,
                                                                 tiny_pair, tmp_path):
-    argv = launch.server_argv(tiny_pair[1], 31234, launch.read_profile_args(PROFILE))
+    argv = launch.server_argv(tiny_pair[1], 31234, launch.read_profile_args(PROFILE), extra=["--skip-tokenizer-init"])
     (tmp_path / "argv.json").write_text(json.dumps(argv))
     report, proc = _rehearse(image_python, sglang_fork_trees["d29fb130c"], tmp_path / "parse.json",
                              *_closure_args(extra_site, ["--kernel-names", str(GPU_SERVE / "sgl_kernel-0.4.5-names.json"),
@@ -416,6 +416,7 @@ def test_the_launchers_argv_parses_through_the_forks_server_args(image_python, e
         ("flashinfer", "gptq_marlin", "bfloat16", "auto")
     assert f["force_dense_minicpm"] is True and f["grammar_backend"] == "none" and f["disable_cuda_graph"] is False
     assert (f["tp_size"], f["max_running_requests"], f["cuda_graph_max_bs"]) == (1, 32, 32)
+    assert f["skip_tokenizer_init"] is True  # device_run.sh's SERVE_EXTRA
 
 
 @pytest.mark.slow

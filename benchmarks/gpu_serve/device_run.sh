@@ -14,6 +14,9 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
+# The 2-layer model has the release vocabulary (73448) and the tiny 512-token tokenizer: ids go in and come out as
+# ids (compare.py query sends input_ids), so the server skips its tokenizer and detokenizer. SERVE_EXTRA= keeps them.
+SERVE_EXTRA=${SERVE_EXTRA---skip-tokenizer-init}
 MARLIN_SO=${MARLIN_SO:-$(ls .whl/*marlin*.so .gpu/*marlin*.so 2>/dev/null | head -1)}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/run.log"; }
@@ -43,7 +46,7 @@ serve_and_compare() {  # $1: bf16 | w4
   local v=$1 need=16 flags=(--bf16)
   if [ "$v" = w4 ]; then need=15; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fi
   python3 $GS/launch.py --model-path $M/$v --port $PORT --fork-src $FORK --site $SITE "${flags[@]}" \
-    > "$OUT/server-$v.log" 2>&1 &
+    -- $SERVE_EXTRA > "$OUT/server-$v.log" 2>&1 &
   local pid=$!
   PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $M/$v --url http://127.0.0.1:$PORT --wait 420 \
     --out "$OUT/served-$v.json"; local rc=$?

@@ -314,7 +314,7 @@ def rehearse(args):
 SERVER_ARG_FIELDS = ("model_path", "port", "host", "attention_backend", "quantization", "dtype", "kv_cache_dtype",
                      "force_dense_minicpm", "disable_radix_cache", "chunked_prefill_size", "cuda_graph_max_bs",
                      "grammar_backend", "skip_server_warmup", "tp_size", "max_running_requests", "trust_remote_code",
-                     "disable_cuda_graph", "sampling_backend")
+                     "disable_cuda_graph", "sampling_backend", "skip_tokenizer_init")
 
 
 def parse_server_args(args):
