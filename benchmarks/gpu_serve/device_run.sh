@@ -6,7 +6,8 @@
 #             sglang-kernel into it, the fork's python/ into /tmp/fork, .whl/jitcache.tgz (if carried) into ~
 #   check     device_check.py: the shimmed closure imports for real; rope; Marlin through the fork's path
 #   build     the 2-layer full-width random bf16 model and its w4-mlp copy (compare.py build / w4)
-#   ref       soarpack's reference tokens for both (compare.py reference, the device's own torch, no server stack)
+#   ref       soarpack's reference tokens for both (compare.py reference: the device's own torch; soarpack's pydantic
+#             and tokenizers come from the carried site, transformers is not imported)
 #   bf16 | w4 the fork's server on that checkpoint (launch.py), 3 prompts x 16 greedy tokens, the token table;
 #             the server's first 200 log lines and the table land in $OUT
 #   jitcache  FlashInfer's and Triton's JIT caches as one tgz in $OUT when <= 16 MiB (carry it next time)
@@ -34,12 +35,12 @@ stage_check() {
     python3 $GS/device_check.py --out "$OUT/check.json"
 }
 stage_build() {
-  PYTHONPATH=$ROOT python3 $GS/compare.py build --out $M/bf16 --device cuda &&
-  PYTHONPATH=$ROOT python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --device cuda &&
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4
 }
 stage_ref() {
   for v in bf16 w4; do
-    PYTHONPATH=$ROOT python3 $GS/compare.py reference --ckpt $M/$v --out "$OUT/ref-$v.json" --device cuda || return 1
+    PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --out "$OUT/ref-$v.json" --device cuda || return 1
   done
 }
 serve_and_compare() {  # $1: bf16 | w4
