@@ -87,6 +87,7 @@ def test_the_launcher_environment_puts_the_shim_first(tmp_path):
     env = launch.server_env(tmp_path / "fork", tmp_path / "site", "sgl_marlin.so", base={"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"].split(os.pathsep) == [launch.SHIM_DIR, str(tmp_path / "fork"), str(tmp_path / "site"), "/x"]
     assert env["SOARPACK_MARLIN_SO"] == os.path.abspath("sgl_marlin.so") and env["HF_HUB_OFFLINE"] == "1"
+    assert env["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
 
 
 def test_a_w4_launch_without_the_marlin_extension_is_refused(capsys):
@@ -321,11 +322,12 @@ def extra_site(image_python):
     return target
 
 
-def _rehearse(image_python, fork, result, *extra):
+def _rehearse(image_python, fork, result, *extra, env_extra=None):
     from soarpack.imagestack import clean_env
 
     env = clean_env()
     env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(env_extra or {})
     cmd = [str(image_python), str(GPU_SERVE / "rehearse_closure.py"), "--fork-src", str(fork), "--result", str(result),
            *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
@@ -406,10 +408,19 @@ def test_the_launchers_argv_parses_through_the_forks_server_args(image_python, e
                                                                 tiny_pair, tmp_path):
     argv = launch.server_argv(tiny_pair[1], 31234, launch.read_profile_args(PROFILE), extra=["--skip-tokenizer-init"])
     (tmp_path / "argv.json").write_text(json.dumps(argv))
-    report, proc = _rehearse(image_python, sglang_fork_trees["d29fb130c"], tmp_path / "parse.json",
-                             *_closure_args(extra_site, ["--kernel-names", str(GPU_SERVE / "sgl_kernel-0.4.5-names.json"),
-                                                         "--parse-args", str(tmp_path / "argv.json")]))
+    args = _closure_args(extra_site, ["--kernel-names", str(GPU_SERVE / "sgl_kernel-0.4.5-names.json"),
+                                      "--parse-args", str(tmp_path / "argv.json")])
+    env = {k: v for k, v in launch.server_env("/f").items() if k in launch.SERVER_ENV}
+    report, proc = _rehearse(image_python, sglang_fork_trees["d29fb130c"], tmp_path / "parse.json", *args,
+                             env_extra=env)
     assert report["ok"], proc.stderr[-2000:]
+    assert report["engine_env"] == "ok"
+    # without the launcher's switch the fork's launch refuses (on this CPU flashinfer's check fails first; on the
+    # device sgl-kernel's would: the distribution there is sglang-kernel)
+    assert report["sgl_kernel_version_check"].startswith(
+        "Exception: sgl-kernel with minimum required version 0.3.20 is not installed")
+    bare, _ = _rehearse(image_python, sglang_fork_trees["d29fb130c"], tmp_path / "bare.json", *args)
+    assert "with minimum required version" in bare["engine_env"] and "is not installed" in bare["engine_env"]
     f = report["fields"]
     assert f["model_path"] == str(tiny_pair[1]) == report["model_path_given"] and f["port"] == 31234
     assert (f["attention_backend"], f["quantization"], f["dtype"], f["kv_cache_dtype"]) == \

@@ -21,6 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SHIM_DIR = os.path.join(HERE, "shim")
 DEFAULT_PROFILE = os.path.join(HERE, "dense-bf16.toml")
 PLATFORM_TAIL = ["--tp-size", "1", "--max-running-requests", "32"]
+# engine.py's _set_envs_and_config checks importlib.metadata.version("sgl-kernel") >= 0.3.20: the distribution here is
+# sglang-kernel 0.4.5, so the check fails although the kernels load (flashinfer_python 0.5.3, checked by the same
+# switch, is carried at the pinned version). NCCL_NVLS_ENABLE=0: NVLink multicast stays off (device README).
+SERVER_ENV = {"SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1", "NCCL_NVLS_ENABLE": "0"}
 
 
 def read_profile_args(path):
@@ -69,6 +73,7 @@ def server_env(fork_src, site=None, marlin_so=None, base=None):
     env["PYTHONPATH"] = os.pathsep.join(paths)
     if marlin_so:
         env["SOARPACK_MARLIN_SO"] = os.path.abspath(marlin_so)
+    env.update(SERVER_ENV)
     env.setdefault("SOARPACK_GPU_SHIM", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -101,7 +106,7 @@ def main(argv=None):
     env = server_env(a.fork_src, a.site, a.marlin_so)
     cmd = [a.python, "-m", "sglang.launch_server", *args]
     if a.print:
-        keys = ("PYTHONPATH", "SOARPACK_MARLIN_SO", "SOARPACK_GPU_SHIM", "HF_HUB_OFFLINE")
+        keys = ("PYTHONPATH", "SOARPACK_MARLIN_SO", "SOARPACK_GPU_SHIM", "HF_HUB_OFFLINE", *SERVER_ENV)
         print(json.dumps({"cmd": cmd, "server_args": args, "env": {k: env[k] for k in keys if k in env}}, indent=1))
         return 0
     print("launch: " + shlex.join(cmd), flush=True)

@@ -335,7 +335,20 @@ def parse_server_args(args):
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(argv)
-    return {"ok": True, "argv": argv, "model_path_given": given, "fields": {f: getattr(server_args, f, None) for f in SERVER_ARG_FIELDS}}
+    from sglang.srt.entrypoints import engine
+
+    try:  # the launch's environment checks (engine.py), run before any process is spawned
+        engine._set_envs_and_config(server_args)
+        engine_env = "ok"
+    except Exception as exc:  # noqa: BLE001 - reported
+        engine_env = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+    try:  # the check that switch skips, alone: the distribution is sglang-kernel, not sgl-kernel
+        common.assert_pkg_version("sgl-kernel", "0.3.20", "")
+        kernel_check = "ok"
+    except Exception as exc:  # noqa: BLE001 - reported
+        kernel_check = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
+    return {"ok": True, "argv": argv, "model_path_given": given, "engine_env": engine_env,
+            "sgl_kernel_version_check": kernel_check, "fields": {f: getattr(server_args, f, None) for f in SERVER_ARG_FIELDS}}
 
 
 def record_names(args):
