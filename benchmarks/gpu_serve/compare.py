@@ -1,0 +1,289 @@
+"""Correct, not only alive: the fork server's first 16 greedy tokens against soarpack's own SALA forward.
+
+On the device, in this order (each step its own process; `reference` and `w4` need torch + this repo on
+PYTHONPATH, `query` and `table` only the standard library):
+
+    python compare.py build --out /tmp/m/bf16                 # 2 layers (sparse, lightning), full width, random bf16
+    python compare.py w4 --src /tmp/m/bf16 --out /tmp/m/w4    # w4-mlp: the MLP linears as GPTQ v1 W4 g128 sym (RTN)
+    python compare.py reference --ckpt /tmp/m/bf16 --out ref-bf16.json [--device cuda]
+    python compare.py query --ckpt /tmp/m/bf16 --url http://127.0.0.1:30000 --out served-bf16.json
+    python compare.py table --ref ref-bf16.json --served served-bf16.json --need 16   # exit 1 below the bar
+
+- Prompts: PROMPTS below, tokenized with the checkpoint's tokenizer.json once (`query` sends `input_ids`, so the
+  server and the reference see the same ids); all far below the config's dense_len.
+- The reference is `SalaForCausalLM.greedy` (soarpack/sala/model.py) in bf16; for a GPTQ checkpoint on the weights
+  as gptq_marlin reads them (`load_dequantized(..., marlin=True)`: W = (q - 8) * s).
+- The server is asked for temperature 0, 16 new tokens, ignore_eos, and its token ids (output_ids, or the
+  logprob records' ids when the server does not return output_ids).
+- `table` prints one row per prompt: tokens equal at the same position, the first position that differs, and
+  the reference's top-1 margin there (logit gap to the runner-up: a flip at a margin of ~1e-2 is bf16 rounding
+  between kernels, a flip at a wide margin is a bug). Bars: bf16 16/16 on every prompt, w4-mlp >= 15/16.
+- The W4 checkpoint is written here by round-to-nearest in soarpack's GPTQ v1 layout with soarpack's own
+  quantization_config (recipe w4-mlp), not by `soarpack quantize` (GPTQModel and transformers 5 would be a second
+  carried stack): the comparison is server vs the dequantized weights, which any valid GPTQ tensors test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+PROMPTS = ("The capital of France is", "def fibonacci(n):\n    ", "1, 2, 3, 4, 5,")
+NEW_TOKENS = 16
+# The tiny model's remote-code config module refuses to import (soarpack.sala.tiny); the fork replaces whatever
+# class it gives by MiniCPMHybridConfig, so a plain PretrainedConfig subclass serves (as soarpack serve-check does).
+STANDIN_REMOTE_CONFIG = (
+    "from transformers import PretrainedConfig\n\n\n"
+    "class {cls}(PretrainedConfig):\n"
+    "    model_type = \"minicpm_sala\"\n"
+)
+
+
+def _sys_path():
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def write_servable_config_module(ckpt: Path) -> None:
+    raw = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    target = (raw.get("auto_map") or {}).get("AutoConfig")
+    if target:
+        module, _, cls = target.partition(".")
+        (ckpt / f"{module}.py").write_text(STANDIN_REMOTE_CONFIG.format(cls=cls), encoding="utf-8")
+
+
+def cmd_build(a) -> int:
+    _sys_path()
+    from gpu_quantize import build_model
+
+    work = Path(a.out).parent
+    built = build_model(work, a.layers, a.device, a.shape, seed=a.seed)
+    out = Path(a.out)
+    if built != out:
+        if out.exists():
+            shutil.rmtree(out)
+        built.rename(out)
+    write_servable_config_module(out)
+    print(json.dumps({"built": str(out), "layers": a.layers, "shape": a.shape}))
+    return 0
+
+
+def rtn_gptq(weight, group_size: int = 128, bits: int = 4):
+    """GPTQ v1 tensors of `weight` [out, in] by round-to-nearest, symmetric (stored zero 2^(b-1) - 1)."""
+    import torch
+
+    from soarpack.quant.gptq_format import pack_cols, pack_rows
+
+    w = weight.to(torch.float32)
+    out_f, in_f = w.shape
+    groups = in_f // group_size
+    half = 1 << (bits - 1)
+    wg = w.view(out_f, groups, group_size)
+    scales = (wg.abs().amax(-1) / (half - 1)).clamp(min=1e-8)  # [out, groups]
+    scales = scales.to(torch.float16).to(torch.float32)
+    q = torch.clamp(torch.round(wg / scales.unsqueeze(-1)) + half, 0, (1 << bits) - 1).to(torch.int32)
+    q = q.view(out_f, in_f)
+    return {
+        "qweight": pack_rows(q.t().contiguous(), bits),
+        "qzeros": pack_cols(torch.full((groups, out_f), half - 1, dtype=torch.int32), bits),
+        "scales": scales.t().contiguous().to(torch.float16),
+        "g_idx": (torch.arange(in_f, dtype=torch.int32) // group_size),
+    }
+
+
+def cmd_w4(a) -> int:
+    _sys_path()
+    from soarpack.quant.finalize import copy_side_files, quantization_config, write_config
+    from soarpack.quant.recipe import load_recipe
+    from soarpack.sala.checkpoint import read_state_dict, save_state_dict
+    from soarpack.sala.config import load_config
+
+    src, out = Path(a.src), Path(a.out)
+    recipe = load_recipe(a.recipe)
+    config = load_config(src)
+    plan = recipe.plan(config)
+    state = read_state_dict(src)
+    tensors, quantized = {}, 0
+    for name, tensor in state.items():
+        module = name[: -len(".weight")] if name.endswith(".weight") else None
+        mq = plan.get(module) if module else None
+        if mq is None:
+            tensors[name] = tensor
+            continue
+        for part, value in rtn_gptq(tensor, mq.group_size, mq.bits).items():
+            tensors[f"{module}.{part}"] = value
+        quantized += 1
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    save_state_dict(tensors, out, max_shard_bytes=2 << 30)
+    copy_side_files(src, out)
+    write_config(src, out, quantization_config(recipe, config))
+    write_servable_config_module(out)
+    print(json.dumps({"w4": str(out), "recipe": recipe.name, "quantized_linears": quantized}))
+    return 0
+
+
+def prompt_ids(ckpt: Path):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    return [tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
+
+
+def cmd_reference(a) -> int:
+    _sys_path()
+    import torch
+
+    ckpt = Path(a.ckpt)
+    raw = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    quantized = isinstance(raw.get("quantization_config"), dict)
+    if quantized:
+        from soarpack.quant.dequantize import load_dequantized
+
+        model = load_dequantized(ckpt, dtype=torch.bfloat16, device=a.device, marlin=True)
+    else:
+        from soarpack.sala.checkpoint import load_model
+
+        model = load_model(ckpt, dtype=torch.bfloat16, device=a.device)
+    model = model.to(device=a.device).eval()  # not .to(dtype): the Lightning decay buffers stay float64
+    rows = []
+    with torch.no_grad():
+        for ids in prompt_ids(ckpt):
+            cache = model.new_cache()
+            logits = model(torch.tensor([ids], device=a.device), cache=cache)
+            tokens, margins = [], []
+            for _ in range(a.new_tokens):
+                last = logits[0, -1].float()
+                nxt = last.argmax()  # the first of equal maxima, as SalaForCausalLM.greedy and torch.argmax pick
+                top = torch.topk(last, 2).values
+                tokens.append(int(nxt))
+                margins.append(float(top[0] - top[1]))  # 0: a tie in bf16 logits, either token is right
+                logits = model(nxt.view(1, 1), cache=cache)
+            rows.append({"input_ids": ids, "tokens": tokens, "margins": margins})
+    result = {"ckpt": str(ckpt), "quantized": quantized, "reference": "soarpack SalaForCausalLM greedy, bf16",
+              "device": a.device, "rows": rows}
+    Path(a.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(json.dumps({"reference": a.out, "prompts": len(rows)}))
+    return 0
+
+
+def served_tokens(response: dict) -> list:
+    if isinstance(response.get("output_ids"), list):
+        return [int(t) for t in response["output_ids"]]
+    records = (response.get("meta_info") or {}).get("output_token_logprobs") or []
+    return [int(r[1]) for r in records]
+
+
+def post(url: str, payload: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read().decode())
+
+
+def wait_ready(base: str, deadline_s: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(2)
+    raise SystemExit(f"error: the server at {base} did not answer /health in {deadline_s:.0f} s")
+
+
+def cmd_query(a) -> int:
+    base = a.url.rstrip("/")
+    waited = wait_ready(base, a.wait)
+    rows = []
+    for ids in prompt_ids(Path(a.ckpt)):
+        payload = {"input_ids": ids, "return_logprob": True, "top_logprobs_num": 0,
+                   "sampling_params": {"temperature": 0.0, "max_new_tokens": a.new_tokens, "ignore_eos": True}}
+        response = post(base + "/generate", payload, a.timeout)
+        rows.append({"input_ids": ids, "tokens": served_tokens(response), "text": response.get("text")})
+    Path(a.out).write_text(json.dumps({"url": base, "waited_s": round(waited, 1), "rows": rows}, indent=1))
+    print(json.dumps({"served": a.out, "prompts": len(rows)}))
+    return 0
+
+
+def compare_rows(ref: dict, served: dict, need: int):
+    """[(prompt, equal, first_diff, margin_at_diff, ok)] and the verdict."""
+    out = []
+    for i, (r, s) in enumerate(zip(ref["rows"], served["rows"])):
+        if r["input_ids"] != s["input_ids"]:
+            raise SystemExit(f"error: prompt {i}: the reference and the server saw different input ids")
+        want, got = r["tokens"], s["tokens"]
+        equal = sum(1 for x, y in zip(want, got) if x == y)
+        diff = next((k for k, (x, y) in enumerate(zip(want, got)) if x != y), None)
+        if diff is None and len(got) < len(want):
+            diff = len(got)
+        margin = r["margins"][diff] if diff is not None and diff < len(r["margins"]) else None
+        out.append((i, equal, diff, margin, equal >= need and len(got) == len(want)))
+    ok = len(out) == len(ref["rows"]) == len(served["rows"]) and all(row[-1] for row in out)
+    return out, ok
+
+
+def render(rows, need: int, n: int) -> str:
+    lines = [f"prompt | equal/{n} | first diff | ref top-1 margin there | >= {need}", "---|---|---|---|---"]
+    for i, equal, diff, margin, ok in rows:
+        lines.append(f"{i} {PROMPTS[i]!r} | {equal}/{n} | {'-' if diff is None else diff} | "
+                     f"{'-' if margin is None else f'{margin:.4f}'} | {'ok' if ok else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def cmd_table(a) -> int:
+    ref = json.loads(Path(a.ref).read_text(encoding="utf-8"))
+    served = json.loads(Path(a.served).read_text(encoding="utf-8"))
+    rows, ok = compare_rows(ref, served, a.need)
+    print(render(rows, a.need, NEW_TOKENS))
+    print(("PASS" if ok else "FAIL") + f": {sum(r[-1] for r in rows)}/{len(ref['rows'])} prompts with >= {a.need} "
+          f"of {NEW_TOKENS} tokens equal ({'w4' if ref.get('quantized') else 'bf16'} checkpoint)")
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", required=True)
+    b.add_argument("--layers", type=int, default=2)
+    b.add_argument("--shape", choices=("full", "tiny"), default="full")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--seed", type=int, default=0)
+    w = sub.add_parser("w4")
+    w.add_argument("--src", required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--recipe", default="w4-mlp")
+    r = sub.add_parser("reference")
+    r.add_argument("--ckpt", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    q = sub.add_parser("query")
+    q.add_argument("--ckpt", required=True)
+    q.add_argument("--url", default="http://127.0.0.1:30000")
+    q.add_argument("--out", required=True)
+    q.add_argument("--wait", type=float, default=300)
+    q.add_argument("--timeout", type=float, default=120)
+    q.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    t = sub.add_parser("table")
+    t.add_argument("--ref", required=True)
+    t.add_argument("--served", required=True)
+    t.add_argument("--need", type=int, default=NEW_TOKENS)
+    a = ap.parse_args(argv)
+    return {"build": cmd_build, "w4": cmd_w4, "reference": cmd_reference, "query": cmd_query, "table": cmd_table}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
