@@ -43,7 +43,7 @@ STUDY_MISSING = {"gptq_marlin_gemm", "gptq_marlin_repack", "awq_marlin_repack", 
 
 def test_the_dense_profile_lints_clean_and_is_dense_with_a_bf16_kv_cache(sglang_fork_trees):
     from soarpack.serve.lint import lint_profile
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     prof = load_profile(PROFILE)
     assert lint_profile(PROFILE) == []
@@ -58,7 +58,7 @@ def test_the_dense_profile_lints_clean_and_is_dense_with_a_bf16_kv_cache(sglang_
 def test_the_launcher_reads_the_profile_without_tomllib_the_same_way(monkeypatch):
     import builtins
 
-    from soarpack.serve.profiles import load_profile
+    from soarpack.recipe.profile import load_profile
 
     real_import = builtins.__import__
 
@@ -294,7 +294,7 @@ def image_python():
     from soarpack.imagestack import ImageStackError, ensure_image_stack
 
     try:
-        return ensure_image_stack(log=lambda m: None).python
+        return ensure_image_stack().python
     except ImageStackError as exc:
         if os.environ.get("CI") == "true":
             raise
@@ -437,7 +437,7 @@ def test_the_comparisons_w4_checkpoint_loads_through_the_forks_loader(image_pyth
     from soarpack.serve import forkcheck as F
 
     result = F.run_fork_check(tiny_pair[1], sglang_fork_trees["d29fb130c"], python=image_python,
-                              server_args=launch.read_profile_args(PROFILE), log=lambda m: None)
+                              server_args=launch.read_profile_args(PROFILE))
     assert result.ok, result.problems
     served = {(r.module.rsplit(".", 1)[-1], r.method) for r in result.rows}
     assert ("gate_up_proj", "GPTQMarlinLinearMethod") in served and ("down_proj", "GPTQMarlinLinearMethod") in served

@@ -102,8 +102,10 @@ def rtn_gptq(weight, group_size: int = 128, bits: int = 4):
 
 def cmd_w4(a) -> int:
     _sys_path()
-    from soarpack.quant.finalize import copy_side_files, quantization_config, write_config
-    from soarpack.quant.recipe import load_recipe
+    from soarpack import __version__
+    from soarpack.quant.finalize import copy_side_files, write_config
+    from soarpack.recipe.checkpoint import quantization_config
+    from soarpack.recipe.model import load_recipe
     from soarpack.sala.checkpoint import read_state_dict, save_state_dict
     from soarpack.sala.config import load_config
 
@@ -127,7 +129,7 @@ def cmd_w4(a) -> int:
     out.mkdir(parents=True)
     save_state_dict(tensors, out, max_shard_bytes=2 << 30)
     copy_side_files(src, out)
-    write_config(src, out, quantization_config(recipe, config))
+    write_config(src, out, quantization_config(recipe, config, [f"soarpack:{__version__} (round-to-nearest, benchmarks/gpu_serve)"]))
     write_servable_config_module(out)
     print(json.dumps({"w4": str(out), "recipe": recipe.name, "quantized_linears": quantized}))
     return 0
