@@ -77,23 +77,30 @@ def read_text_capped(path: str | os.PathLike, what: str, cap: int,
     `check_chunk` sees each decoded chunk as it comes (to refuse binary data early)."""
     path = Path(path)
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    parts, size = [], 0
+    parts = []
+    for offset, chunk in _chunks(path, what, cap):
+        try:
+            parts.append(decoder.decode(chunk, final=not chunk))
+        except UnicodeDecodeError as exc:
+            raise InputDataError(f"{what} {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                 f"{offset + exc.start})", "re-save it as UTF-8") from None
+        if check_chunk is not None and parts[-1]:
+            check_chunk(parts[-1])
+    return "".join(parts)
+
+
+def _chunks(path: Path, what: str, cap: int) -> Iterator[Tuple[int, bytes]]:
+    """(offset, chunk) of the file up to `cap` bytes (over it: refused), ending with an empty chunk."""
+    size = 0
     with _open(path, what) as fh:
         while True:
             chunk = fh.read(CHUNK)
-            size += len(chunk)
-            if size > cap:
+            if size + len(chunk) > cap:
                 raise _too_big(path, what, cap)
-            try:
-                parts.append(decoder.decode(chunk, final=not chunk))
-            except UnicodeDecodeError as exc:
-                raise InputDataError(f"{what} {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                                     f"{size - len(chunk) + exc.start})", "re-save it as UTF-8") from None
-            if check_chunk is not None and parts[-1]:
-                check_chunk(parts[-1])
+            yield size, chunk
+            size += len(chunk)
             if not chunk:
-                break
-    return "".join(parts)
+                return
 
 
 def iter_lines(path: str | os.PathLike, what: str, cap: int,
@@ -101,34 +108,27 @@ def iter_lines(path: str | os.PathLike, what: str, cap: int,
     """(1-based line number, line) of a JSONL file, split on b"\\n" only, each line decoded strictly as UTF-8.
     Refuses, naming the line: bad UTF-8, a raw NUL byte, a line over `max_line`, a file over `cap`."""
     path = Path(path)
-    size, lineno = 0, 0
+    lineno = 0
     pending: list = []  # the pieces of the line not yet ended
     pending_size = 0
-    with _open(path, what) as fh:
-        while True:
-            chunk = fh.read(CHUNK)
-            size += len(chunk)
-            if size > cap:
-                raise _too_big(path, what, cap)
-            pieces = chunk.split(b"\n")
-            if chunk:
-                tail = pieces.pop()
-            else:
-                tail, pieces = b"", [b""] if pending else []
-            for k, piece in enumerate(pieces):
-                raw = b"".join(pending) + piece if k == 0 and pending else piece
-                if k == 0:
-                    pending, pending_size = [], 0
-                lineno += 1
-                yield lineno, _decode_line(path, what, lineno, raw, max_line)
-            pending.append(tail)
-            pending_size += len(tail)
-            if pending_size > max_line:
-                raise _too_long(path, what, lineno + 1, max_line)
-            if b"\0" in tail:  # found now, not after reading a NUL-filled line (/dev/zero) to the line cap
-                raise _binary(path, lineno + 1)
-            if not chunk:
-                break
+    for _, chunk in _chunks(path, what, cap):
+        pieces = chunk.split(b"\n")
+        if chunk:
+            tail = pieces.pop()
+        else:
+            tail, pieces = b"", [b""] if pending else []
+        for k, piece in enumerate(pieces):
+            raw = b"".join(pending) + piece if k == 0 and pending else piece
+            if k == 0:
+                pending, pending_size = [], 0
+            lineno += 1
+            yield lineno, _decode_line(path, what, lineno, raw, max_line)
+        pending.append(tail)
+        pending_size += len(tail)
+        if pending_size > max_line:
+            raise _too_long(path, what, lineno + 1, max_line)
+        if b"\0" in tail:  # found now, not after reading a NUL-filled line (/dev/zero) to the line cap
+            raise _binary(path, lineno + 1)
 
 
 def _too_long(path: Path, what: str, lineno: int, max_line: int) -> InputDataError:
