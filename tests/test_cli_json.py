@@ -127,3 +127,23 @@ def test_quiet_leaves_only_the_result_and_problems(tmp_path):
     assert loud.exit_code == quiet.exit_code == 0
     assert "wrote" in loud.stderr and "eval rows: 3/3" in loud.stderr
     assert "wrote" not in quiet.stderr and "eval rows" not in quiet.stderr and quiet.stdout == loud.stdout
+
+
+def test_recipes_and_diagnose(tmp_path):
+    a, b, _ = _both(["recipes"])
+    assert a == b and {"w4-mlp", "w4-full", "w4-balanced"} <= {r["name"] for r in a}
+    log = tmp_path / "prepare_env.log"
+    log.write_text("ImportError: cannot import name 'ScalingType' from 'torch.nn.functional'\n")
+    a, b, res = _both(["diagnose", str(log)])
+    assert res.exit_code == 1 and a == b
+    a, b, _ = _both(["diagnose", "--catalogue"])
+    assert a == b and a
+
+
+@pytest.mark.needs_torch  # the release shape comes from soarpack.sala.release (imports torch)
+def test_kernels_with_the_stand_in_backend(monkeypatch):
+    from soarpack.kernels import measure
+
+    monkeypatch.setenv(measure.BACKEND_ENV, "kernels_standin:backend")
+    a, b, _ = _both(["kernels", "--recipe", "w4-mlp", "--m", "1,8192"])
+    assert a["rollup"] == b["rollup"] and a["dispatch_env"] == b["dispatch_env"]

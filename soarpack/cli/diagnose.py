@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import command
+from soarpack.cli.output import sink
 
 WIDTH = 100
 
@@ -73,7 +74,7 @@ def _print_catalogue(as_json: bool) -> None:
     from soarpack.diagnose.catalogue import load_catalogue
 
     entries = load_catalogue()
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps([{"id": e.id, "title": e.title, "severity": e.severity, "kinds": list(e.kinds),
                                 "patterns": [p.pattern for p in e.patterns], "unverified": e.unverified,
                                 "sources": [asdict(s) for s in e.sources]} for e in entries], indent=2))
@@ -109,10 +110,10 @@ def diagnose_cmd(
     from soarpack.diagnose import diagnose
 
     if catalogue:
-        _print_catalogue(as_json)
+        _print_catalogue(sink(as_json).json)
         return
     diagnosis = diagnose(paths or [])
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:
         for line in render(diagnosis):

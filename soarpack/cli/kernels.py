@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import command
+from soarpack.cli.output import sink
 
 
 @command("kernels")
@@ -45,4 +46,4 @@ def kernels(
     res = run_kernels(ckpt, recipe or (), ms, marlin_ext=str(marlin_ext) if marlin_ext else None)
     if out:
         atomic_write_json(out, res)
-    typer.echo(json.dumps(res, indent=1) if as_json else render_text(res))
+    typer.echo(json.dumps(res, indent=1) if sink(as_json).json else render_text(res))

@@ -289,7 +289,7 @@ def recipes_cmd(
         typer.echo((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
         return
     recipes = [load_recipe(n) for n in list_recipes()]
-    if as_json:
+    if sink(as_json).json:
         typer.echo(json.dumps([{"name": r.name, "description": r.description,
                                 "evidence": [e.model_dump() for e in r.evidence]} for r in recipes], indent=2))
         return
