@@ -62,6 +62,11 @@ def _load_fork_child():
     spec = importlib.util.spec_from_file_location("soarpack_fork_child", FORK_CHILD)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # The child's stand-ins answer as the GPU its request names (soarpack.facts.gpu for serve-check); this
+    # rehearsal is for the lent H200, so they answer as one.
+    module.GPU.update({"name": "NVIDIA H200", "capability": list(H200_CAPABILITY),
+                       "total_memory": H200_MEMORY_MIB * 2**20, "multi_processor_count": 132,
+                       "L2_cache_size": 50 * 2**20, "warp_size": 32})
     return module
 
 
