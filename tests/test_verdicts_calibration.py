@@ -34,7 +34,7 @@ def test_quantize_says_12_rows_were_used_of_the_recipes_256(tiny, tmp_path):
     assert "note: calibration: 12 rows used of the 256 asked" in text and "244 fewer rows than asked" in text
     report = json.loads((out / "soarpack_quant_report.json").read_text())
     cal = report["calibration"]
-    assert (cal["rows"], cal["rows_asked"], cal["asked_by"], cal["rows_used"], cal["builtin"]) == (256, 256, "recipe", 12, False)
+    assert (cal["rows"], cal["rows_asked"], cal["asked_by"], cal["rows_used"], cal["builtin"]) == (256, 256, "default", 12, False)
     assert cal["sources"] == [{"file": "mine.jsonl", "rows": 12, "tasks": {"qa": 12}}]
     assert any("12 rows used of the 256 asked" in n for n in report["notes"])
     logged = log.read_text()
