@@ -145,6 +145,13 @@ def check_accepted(names: Iterable[str]) -> List[str]:
     return names
 
 
+def blocking_risks(risks: Sequence[Risk], accepted: Iterable[str] = (), strict: bool = False) -> List[Risk]:
+    """The risks that keep a bundle from being uploadable: those that block (under --strict, every one), unless
+    accepted. check's gate and its verdict line both read this one rule."""
+    accepted = set(accepted)
+    return [r for r in risks if (r.blocks or strict) and r.name not in accepted]
+
+
 def verdict(not_uploadable_because: Optional[str], risks: Sequence[Risk], accepted: Iterable[str] = (),
             strict: bool = False) -> Tuple[str, bool]:
     """(`uploadable`, `uploadable, 2 risks: a, b` or `NOT uploadable (why)`, whether that is an upload)."""
@@ -153,11 +160,10 @@ def verdict(not_uploadable_because: Optional[str], risks: Sequence[Risk], accept
     counted = f"{len(risks)} risk{'s' if len(risks) != 1 else ''}: {', '.join(names)}"
     if not_uploadable_because is not None:
         return f"NOT uploadable ({not_uploadable_because})" + (f"; {counted}" if risks else ""), False
-    blocking = [r for r in risks if r.blocks and r.name not in accepted]
+    blocking = blocking_risks(risks, accepted)
     if blocking:
         return (f"NOT uploadable ({', '.join(r.name for r in blocking)}: full credit unlikely; pass --accept-risk "
                 f"{blocking[0].name} to upload anyway); {counted}"), False
-    open_risks = [r for r in risks if r.name not in accepted]
-    if strict and open_risks:
+    if strict and blocking_risks(risks, accepted, strict=True):
         return f"NOT uploadable (--strict and {counted})", False
     return ("uploadable" + (f", {counted}" if risks else "")), True

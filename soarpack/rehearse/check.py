@@ -421,7 +421,9 @@ class CheckReport(RunReport):
 
     def gate(self) -> Dict[str, List[str]]:
         gate = super().gate()
-        gate["risks"] = [r.name for r in self.risks if (r.blocks or self.strict) and r.name not in self.accepted]
+        from soarpack.bundle.risks import blocking_risks
+
+        gate["risks"] = [r.name for r in blocking_risks(self.risks, self.accepted, self.strict)]
         return gate
 
     def _steps_say_no(self) -> Optional[str]:
