@@ -142,6 +142,20 @@ SHIM_PROBE = textwrap.dedent("""
     from IPython.display import HTML, display
     out["ipython"] = err(display, "x")
     out["ipython_html"] = err(HTML, "x")
+    # torchao_utils.apply_torchao_config_to_model imports these before returning on an empty config; the device has
+    # no torchao (this venv has a newer one): absent here as on the device, behind the shim's finder
+    import sys as _sys
+
+    class _AbsentOnTheDevice:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".", 1)[0] == "torchao":
+                raise ImportError("absent on the device")
+            return None
+
+    _sys.meta_path.insert(1, _AbsentOnTheDevice())
+    from torchao.quantization import int4_weight_only, quantize_
+    from torchao.quantization.observer import PerRow
+    out["torchao"] = err(quantize_, None)
     print(json.dumps(out))
 """)
 
@@ -171,7 +185,7 @@ def test_the_shim_in_a_fresh_interpreter_fills_the_gaps_and_raises_only_when_cal
     assert out["fused_arg"] == 4
     assert out["op_call"] is not None  # a schema with no kernel: a call raises
     assert out["jit"].startswith("NotProvided: tilelang.jit(kernel)")
-    for key in ("tl_math", "infllm", "ipython", "ipython_html"):
+    for key in ("tl_math", "infllm", "ipython", "ipython_html", "torchao"):
         assert out[key].startswith("NotProvided"), (key, out[key])
 
 
@@ -190,7 +204,10 @@ def test_the_wheel_list_pins_one_version_of_each_and_the_fork_stack():
     assert len(names) == len(set(names)) and all("==" in r for r, _ in fetch_wheels.SERVER_WHEELS)
     pins = dict(r.split("==") for r, _ in fetch_wheels.SERVER_WHEELS)
     assert pins["flashinfer-python"] == "0.5.3" and pins["transformers"] == "4.57.1"
-    assert pins["flash-linear-attention"] == pins["fla-core"] == "0.6.0" and pins["apache-tvm-ffi"].startswith("0.1.")
+    assert pins["fla-core"] == "0.6.0" and pins["apache-tvm-ffi"].startswith("0.1.")
+    # found on the device: flash-linear-attention 0.6.0's fla/__init__ imports fla.models (transformers >= 5.6.2), and
+    # fastapi 0.162.5 imports opentelemetry at import
+    assert "flash-linear-attention" in fetch_wheels.NOT_CARRIED and pins["opentelemetry-api"] == "1.45.2"
     assert tuple(map(int, pins["tokenizers"].split("."))) <= (0, 23, 0) and int(pins["huggingface-hub"].split(".")[0]) < 1
     # a carried package the device already has is carried for another version, and says so
     again = set(names) & fetch_wheels.DEVICE_PACKAGES
@@ -235,6 +252,65 @@ def test_the_comparison_counts_equal_tokens_and_names_the_first_difference():
     served["rows"][0]["input_ids"] = [7]
     with pytest.raises(SystemExit):
         compare.compare_rows(ref, served, 15)
+
+
+def _followed(deficits):
+    return {"rows": [{"input_ids": [i], "served": list(range(16)), "ref_argmax": [t if d == 0 else t + 1
+                      for t, d in enumerate(row)], "deficits": row, "margins": [0.01] * 16}
+                     for i, row in enumerate(deficits)]}
+
+
+def test_the_followed_comparison_counts_ties_as_greedy_and_holds_the_bar():
+    exact = [0.0] * 16
+    one_miss = [0.0] * 15 + [0.002]
+    two_misses = [0.0, 0.002] + [0.0] * 13 + [0.002]
+    rows, ok = compare.followed_rows(_followed([exact, one_miss, two_misses]), 15)
+    assert [r[1] for r in rows] == [16, 15, 14] and [r[3] for r in rows] == [0.0, 0.002, 0.002] and not ok
+    assert compare.followed_rows(_followed([exact, one_miss]), 15)[1]
+    assert not compare.followed_rows(_followed([exact, one_miss]), 16)[1]
+    # a tie: the served token is not the reference's argmax but sits at its maximum logit: a greedy choice
+    tie = _followed([exact])
+    tie["rows"][0]["ref_argmax"][3] = 99
+    rows, ok = compare.followed_rows(tie, 16)
+    assert ok and rows[0][1] == 16 and rows[0][2] == 15
+    assert "| 16/16 | 15/16 | 0.0000 | ok" in compare.render_followed(rows, 16, 16)
+
+
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("neox", [True, False])
+def test_the_shims_fp32_rope_is_the_forks_native_rope_in_place(neox):
+    """SALA casts q and k to fp32 before its rope; flashinfer dispatches fp16/bf16 only (found on the device)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    head, rot, heads = 128, 64, 4
+    inv = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+    freqs = torch.outer(torch.arange(512).float(), inv)
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+    pos = torch.randint(0, 512, (7,), generator=gen)
+    q = torch.randn(7, heads * head, generator=gen)
+    k = torch.randn(7, 1 * head, generator=gen)
+
+    def native(x):  # RotaryEmbedding.forward_native (the fork's rotary_embedding.py), written out independently
+        x = x.view(7, -1, head).clone()
+        cos, sin = cache[pos].chunk(2, dim=-1)
+        cos, sin = cos[:, None], sin[:, None]
+        part = x[..., :rot]
+        if neox:
+            a, b = part[..., : rot // 2], part[..., rot // 2:]
+            x[..., :rot] = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+        else:
+            a, b = part[..., 0::2], part[..., 1::2]
+            x[..., :rot] = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+        return x.view(7, -1)
+
+    want_q, want_k = native(q), native(k)
+    got_q, got_k = q.clone(), k.clone()
+    ptr = got_q.data_ptr()
+    shim.apply_rope_with_cos_sin_cache_inplace(pos, got_q, got_k, head, cache, is_neox=neox)
+    assert got_q.data_ptr() == ptr and torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+    assert torch.equal(got_q.view(7, heads, head)[..., rot:], q.view(7, heads, head)[..., rot:])  # past rotary_dim
+    assert not torch.equal(got_q, q)
 
 
 def test_served_tokens_come_from_output_ids_or_the_logprob_records():
@@ -356,7 +432,7 @@ def _check_closure(report):
     assert names["rmsnorm"]["provider"] == "sglang-kernel 0.4.5"
     assert names["gptq_marlin_gemm"]["modules"] == ["sglang.srt.layers.quantization.marlin_utils",
                                                     "sglang.srt.layers.quantization.marlin_utils_fp8"]
-    assert report["shim_standins"] == ["IPython", "infllm_v2", "tilelang"]
+    assert report["shim_standins"] == ["IPython", "infllm_v2", "tilelang", "torchao"]
     assert report["sparse_kernel_extension_imported"] is False
     assert "torch.ops.sgl_kernel.moe_fused_gate" in report["shim_added"]
     assert fetch_wheels.uncovered(report["distributions_loaded"]) == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -158,6 +159,8 @@ def cmd_reference(a) -> int:
 
         model = load_model(ckpt, dtype=torch.bfloat16, device=a.device)
     model = model.to(device=a.device).eval()  # not .to(dtype): the Lightning decay buffers stay float64
+    if a.follow:
+        return _follow(a, ckpt, model, quantized)
     rows = []
     with torch.no_grad():
         for ids in prompt_ids(ckpt):
@@ -179,6 +182,37 @@ def cmd_reference(a) -> int:
     return 0
 
 
+def _follow(a, ckpt: Path, model, quantized: bool) -> int:
+    """The reference fed the server's tokens (teacher forcing): at each position, is the served token a greedy choice of
+    the reference, i.e. at the reference's maximum logit (ties included)? A free-running comparison cannot judge a
+    position after the first flip at a tie, since the two then continue from different prefixes; this judges all 16."""
+    import torch
+
+    served = json.loads(Path(a.follow).read_text(encoding="utf-8"))
+    rows = []
+    with torch.no_grad():
+        for ids, srow in zip(prompt_ids(ckpt), served["rows"]):
+            if srow["input_ids"] != ids:
+                raise SystemExit("error: the served file was asked with other input ids than this checkpoint's prompts")
+            cache = model.new_cache()
+            logits = model(torch.tensor([ids], device=a.device), cache=cache)
+            argmax, deficits, margins = [], [], []
+            for tok in srow["tokens"]:
+                last = logits[0, -1].float()
+                top = torch.topk(last, 2).values
+                argmax.append(int(last.argmax()))
+                deficits.append(float(top[0] - last[tok]))  # 0: the served token is at the reference's maximum
+                margins.append(float(top[0] - top[1]))
+                logits = model(torch.tensor([[tok]], device=a.device), cache=cache)
+            rows.append({"input_ids": ids, "served": srow["tokens"], "ref_argmax": argmax, "deficits": deficits,
+                         "margins": margins})
+    result = {"ckpt": str(ckpt), "quantized": quantized, "reference": "soarpack SalaForCausalLM fed the served tokens, "
+              "bf16", "device": a.device, "rows": rows}
+    Path(a.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(json.dumps({"followed": a.out, "prompts": len(rows)}))
+    return 0
+
+
 def served_tokens(response: dict) -> list:
     if isinstance(response.get("output_ids"), list):
         return [int(t) for t in response["output_ids"]]
@@ -192,9 +226,29 @@ def post(url: str, payload: dict, timeout: float) -> dict:
         return json.loads(resp.read().decode())
 
 
-def wait_ready(base: str, deadline_s: float) -> float:
+def _alive(pid) -> bool:
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0): read its state (Linux).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def wait_ready(base: str, deadline_s: float, pid=None) -> float:
+    """Seconds until /health answers 200; stops early when the server process `pid` has died (saves device time)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < deadline_s:
+        if not _alive(pid):
+            raise SystemExit(f"error: the server process {pid} exited before {base}/health answered "
+                             f"({time.monotonic() - t0:.0f} s)")
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as resp:
                 if resp.status == 200:
@@ -207,7 +261,7 @@ def wait_ready(base: str, deadline_s: float) -> float:
 
 def cmd_query(a) -> int:
     base = a.url.rstrip("/")
-    waited = wait_ready(base, a.wait)
+    waited = wait_ready(base, a.wait, a.pid)
     rows = []
     for ids in prompt_ids(Path(a.ckpt)):
         payload = {"input_ids": ids, "return_logprob": True, "top_logprobs_num": 0,
@@ -236,6 +290,26 @@ def compare_rows(ref: dict, served: dict, need: int):
     return out, ok
 
 
+def followed_rows(followed: dict, need: int):
+    """[(prompt, greedy choices/16, exact argmax/16, worst deficit, ok)]: the bar is on greedy choices (ties count)."""
+    out = []
+    for i, r in enumerate(followed["rows"]):
+        greedy = sum(1 for d in r["deficits"] if d == 0.0)
+        exact = sum(1 for t, m in zip(r["served"], r["ref_argmax"]) if t == m)
+        worst = max(r["deficits"]) if r["deficits"] else None
+        out.append((i, greedy, exact, worst, greedy >= need and len(r["served"]) == NEW_TOKENS))
+    return out, bool(out) and all(row[-1] for row in out)
+
+
+def render_followed(rows, need: int, n: int) -> str:
+    lines = [f"prompt | served token at the reference's max logit (ties count)/{n} | = reference argmax/{n} | "
+             f"largest logit deficit of a served token | >= {need}", "---|---|---|---|---"]
+    for i, greedy, exact, worst, ok in rows:
+        lines.append(f"{i} {PROMPTS[i]!r} | {greedy}/{n} | {exact}/{n} | "
+                     f"{'-' if worst is None else f'{worst:.4f}'} | {'ok' if ok else 'FAIL'}")
+    return "\n".join(lines)
+
+
 def render(rows, need: int, n: int) -> str:
     lines = [f"prompt | equal/{n} | first diff | ref top-1 margin there | >= {need}", "---|---|---|---|---"]
     for i, equal, diff, margin, ok in rows:
@@ -248,10 +322,20 @@ def cmd_table(a) -> int:
     ref = json.loads(Path(a.ref).read_text(encoding="utf-8"))
     served = json.loads(Path(a.served).read_text(encoding="utf-8"))
     rows, ok = compare_rows(ref, served, a.need)
+    kind = "w4" if ref.get("quantized") else "bf16"
+    print("free-running: the reference's own greedy tokens against the server's, position by position")
     print(render(rows, a.need, NEW_TOKENS))
     print(("PASS" if ok else "FAIL") + f": {sum(r[-1] for r in rows)}/{len(ref['rows'])} prompts with >= {a.need} "
-          f"of {NEW_TOKENS} tokens equal ({'w4' if ref.get('quantized') else 'bf16'} checkpoint)")
-    return 0 if ok else 1
+          f"of {NEW_TOKENS} tokens equal ({kind} checkpoint)")
+    if not a.followed:
+        return 0 if ok else 1
+    frows, fok = followed_rows(json.loads(Path(a.followed).read_text(encoding="utf-8")), a.need)
+    print("\nfollowed: the reference fed the server's tokens; a served token is correct when it is at the reference's "
+          "maximum logit (a bf16 tie has two right answers)")
+    print(render_followed(frows, a.need, NEW_TOKENS))
+    print(("PASS" if fok else "FAIL") + f": {sum(r[-1] for r in frows)}/{len(frows)} prompts with >= {a.need} of "
+          f"{NEW_TOKENS} served tokens a greedy choice of the reference ({kind} checkpoint)")
+    return 0 if fok else 1
 
 
 def main(argv=None) -> int:
@@ -272,17 +356,20 @@ def main(argv=None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--device", default="cuda")
     r.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    r.add_argument("--follow", help="a served JSON (query's --out): feed its tokens instead of the reference's own")
     q = sub.add_parser("query")
     q.add_argument("--ckpt", required=True)
     q.add_argument("--url", default="http://127.0.0.1:30000")
     q.add_argument("--out", required=True)
     q.add_argument("--wait", type=float, default=300)
+    q.add_argument("--pid", type=int, help="the server's process id: stop waiting when it has exited")
     q.add_argument("--timeout", type=float, default=120)
     q.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     t = sub.add_parser("table")
     t.add_argument("--ref", required=True)
     t.add_argument("--served", required=True)
     t.add_argument("--need", type=int, default=NEW_TOKENS)
+    t.add_argument("--followed", help="reference --follow's JSON: judge every served token (the bar then applies here)")
     a = ap.parse_args(argv)
     return {"build": cmd_build, "w4": cmd_w4, "reference": cmd_reference, "query": cmd_query, "table": cmd_table}[a.cmd](a)
 

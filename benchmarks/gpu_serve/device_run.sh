@@ -12,7 +12,15 @@
 #             the server's first 200 log lines and the table land in $OUT
 #   jitcache  FlashInfer's and Triton's JIT caches as one tgz in $OUT when <= 16 MiB (carry it next time)
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# The device tool brings back at most 8 files: every log goes to $W, and on exit the few results are copied to $OUT
+# and the rest packed into $OUT/logs.tgz.
+FINAL=${OUT:-/tmp/out}; W=/tmp/gs-run; rm -rf "$W"; mkdir -p "$W" "$FINAL"; OUT=$W
+pack() {
+  cp "$W"/run.log "$W"/check.json "$W"/table-*.md "$W"/jitcache.tgz "$FINAL"/ 2>/dev/null
+  tar -czf "$FINAL/logs.tgz" -C "$W" --exclude jitcache.tgz . 2>/dev/null
+}
+trap pack EXIT
+trap 'exit 143' TERM
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
 # The 2-layer model has the release vocabulary (73448) and the tiny 512-token tokenizer: ids go in and come out as
@@ -46,15 +54,22 @@ stage_ref() {
 serve_and_compare() {  # $1: bf16 | w4
   local v=$1 need=16 flags=(--bf16)
   if [ "$v" = w4 ]; then need=15; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fi
-  python3 $GS/launch.py --model-path $M/$v --port $PORT --fork-src $FORK --site $SITE "${flags[@]}" \
+  # Its own process group (setsid), so the scheduler and detokenizer it spawns are stopped with it.
+  setsid python3 $GS/launch.py --model-path $M/$v --port $PORT --fork-src $FORK --site $SITE "${flags[@]}" \
     -- $SERVE_EXTRA > "$OUT/server-$v.log" 2>&1 &
   local pid=$!
-  PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $M/$v --url http://127.0.0.1:$PORT --wait 420 \
-    --out "$OUT/served-$v.json"; local rc=$?
-  kill "$pid" 2>/dev/null; sleep 3; kill -9 "$pid" 2>/dev/null; pkill -P "$pid" 2>/dev/null
+  PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $M/$v --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} \
+    --pid $pid --out "$OUT/served-$v.json"; local rc=$?
+  kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null
   head -200 "$OUT/server-$v.log" > "$OUT/server-$v.head.log"
-  [ $rc -eq 0 ] || return $rc
-  python3 $GS/compare.py table --ref "$OUT/ref-$v.json" --served "$OUT/served-$v.json" --need $need | tee "$OUT/table-$v.md"
+  tail -60 "$OUT/server-$v.log" > "$OUT/server-$v.tail.log"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | sed 's/^/gpu memory after stop: /'
+  [ $rc -eq 0 ] || { echo "--- the server's last lines:"; tail -40 "$OUT/server-$v.log"; return $rc; }
+  # The server is stopped: the reference fed the served tokens (compare.py reference --follow) has the GPU to itself.
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --follow "$OUT/served-$v.json" \
+    --out "$OUT/followed-$v.json" --device cuda || return 1
+  python3 $GS/compare.py table --ref "$OUT/ref-$v.json" --served "$OUT/served-$v.json" \
+    --followed "$OUT/followed-$v.json" --need $need | tee "$OUT/table-$v.md"
 }
 stage_bf16() { serve_and_compare bf16; }
 stage_w4() { [ -n "$MARLIN_SO" ] || { echo "no Marlin extension (MARLIN_SO)"; return 2; }; serve_and_compare w4; }

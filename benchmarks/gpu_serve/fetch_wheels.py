@@ -38,12 +38,12 @@ PIP_FLAGS = ["--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--
 SERVER_WHEELS = [
     ("flashinfer-python==0.5.3", "the fork's pin: FlashInfer attention, rope (shim), sampling; JIT with the device's nvcc"),
     ("apache-tvm-ffi==0.1.9", "flashinfer 0.5.3's FFI (apache-tvm-ffi<0.2,>=0.1)"),
-    ("flash-linear-attention==0.6.0", "fla: the Lightning layers' simple_gla (Triton)"),
-    ("fla-core==0.6.0", "fla's kernels package (flash-linear-attention 0.6.0 requires it)"),
+    ("fla-core==0.6.0", "fla.ops: the Lightning layers' simple_gla (Triton kernels), the only part of fla the fork uses"),
     ("transformers==4.57.1", "the fork's pin (the device has 5.17.0)"),
     ("tokenizers==0.22.2", "transformers 4.57.1 checks tokenizers<=0.23.0 at import (the device has 0.23.2)"),
     ("huggingface-hub==0.36.2", "transformers 4.57.1 checks huggingface-hub<1.0 at import (the device has 1.33.0)"),
-    ("fastapi==0.162.5", "HTTP server"), ("starlette==1.7.0", "fastapi"), ("uvicorn==0.54.0", "HTTP server"),
+    ("fastapi==0.162.5", "HTTP server"),
+    ("opentelemetry-api==1.45.2", "fastapi 0.162.5 imports fastapi.telemetry (opentelemetry) at import; found on the device"), ("starlette==1.7.0", "fastapi"), ("uvicorn==0.54.0", "HTTP server"),
     ("python-multipart==0.0.32", "fastapi forms"), ("pydantic==2.14.4", "server protocol"),
     ("pydantic-core==2.50.5", "pydantic"), ("annotated-types==0.8.0", "pydantic"),
     ("typing-inspection==0.4.5", "pydantic"), ("orjson==3.13.0", "server JSON"), ("pyzmq==27.3.0", "IPC"),
@@ -57,8 +57,11 @@ SERVER_WHEELS = [
 ]
 # Loaded on the CPU rehearsal but deliberately not carried, with the reason.
 NOT_CARRIED = {
-    "torchao": "the fork imports it inside apply_torchao_config_to_model only (no --torchao-config here); 0.9.0 is "
-               "built for torch 2.9",
+    "torchao": "the shim stands it in: apply_torchao_config_to_model imports its names before returning on the empty "
+               "--torchao-config, nothing else imports it; 0.9.0 is built for torch 2.9",
+    "flash-linear-attention": "fla's layers/models (0.6.0 requires transformers>=5.6.2 and fla/__init__ imports "
+                              "fla.models, which fails on the server's 4.57.1: found on the device); the fork only "
+                              "imports fla.ops, which is fla-core",
     "exceptiongroup": "a backport for Python < 3.11; the device runs 3.12",
     "async-timeout": "aiohttp's backport for Python < 3.11",
     "setuptools": "on the device already (its package list)",

@@ -22,7 +22,8 @@ SHIM_MARK = "__soarpack_provider__"
 PROVIDERS = {
     "gptq_marlin_gemm": "marlin-ext (torch.ops.sgl_kernel.gptq_marlin_gemm from $SOARPACK_MARLIN_SO)",
     "gptq_marlin_repack": "marlin-ext (torch.ops.sgl_kernel.gptq_marlin_repack from $SOARPACK_MARLIN_SO)",
-    "apply_rope_with_cos_sin_cache_inplace": "flashinfer.rope.apply_rope_with_cos_sin_cache_inplace",
+    "apply_rope_with_cos_sin_cache_inplace": "flashinfer.rope.apply_rope_with_cos_sin_cache_inplace for fp16/bf16; "
+                                             "torch (the fork's forward_native math, in place) for fp32",
     "FusedSetKVBufferArg": "shim dataclass (sgl-kernel 0.3.20's fields; the fused KV write itself is refused)",
     "top_k_top_p_sampling_from_probs": "flashinfer.sampling.top_k_top_p_sampling_from_probs",
     "min_p_sampling_from_probs": "flashinfer.sampling.min_p_sampling_from_probs",
@@ -52,6 +53,9 @@ STANDIN_MODULES = {
     # not a kernel: sglang/utils.py imports IPython.display (HTML, display) for notebooks at module level; the server
     # never displays anything, and IPython's stack is 7 MiB of the 64 a device call carries
     "IPython": "IPython.display for notebooks (sglang/utils.py)",
+    # ModelRunner.initialize always calls apply_torchao_config_to_model, which imports torchao.quantization's names
+    # before it returns on an empty --torchao-config (found on the device); torchao 0.9.0 is built for torch 2.9
+    "torchao": "torchao.quantization for --torchao-config (layers/torchao_utils.py; empty here: nothing is called)",
 }
 
 
@@ -123,10 +127,36 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_
     if fused_set_kv_buffer_arg is not None:
         raise NotProvided("apply_rope_with_cos_sin_cache_inplace(fused_set_kv_buffer_arg=...): flashinfer's rope has "
                           "no fused KV write; the fork passes one only for models that enable it, SALA does not")
+    import torch
+
+    if query.dtype == torch.float32:
+        # SALA's attention casts q and k to fp32 before its rope (models/minicpm.py); sgl-kernel 0.3.20's kernel takes
+        # fp32, flashinfer's dispatches fp16/bf16 only (found on the device, in CUDA-graph capture).
+        _rope_torch_inplace(positions, query, head_size, cos_sin_cache, is_neox)
+        _rope_torch_inplace(positions, key, head_size, cos_sin_cache, is_neox)
+        return
     from flashinfer.rope import apply_rope_with_cos_sin_cache_inplace as rope
 
     rope(positions=positions, query=query, key=key, head_size=head_size, cos_sin_cache=cos_sin_cache,
          is_neox=is_neox)
+
+
+def _rope_torch_inplace(positions, x, head_size, cos_sin_cache, is_neox):
+    """RotaryEmbedding.forward_native's math on x (tokens, heads * head_size), written back into x; graph-capturable."""
+    import torch
+
+    tokens = positions.numel()
+    cos, sin = cos_sin_cache.index_select(0, positions.reshape(-1)).to(x.dtype).chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    view = x.view(tokens, -1, head_size)
+    rot = view[..., : cos_sin_cache.shape[-1]]
+    if is_neox:
+        x1, x2 = rot.chunk(2, dim=-1)
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    else:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    rot.copy_(out)
 
 
 def top_k_top_p_sampling_from_probs(probs, top_k, top_p, *args, **kwargs):
