@@ -358,8 +358,8 @@ class _OldCompareFormat(str, enum.Enum):  # `compare --format md|csv|json|table`
 
 @command("compare")
 def compare_cmd(
-    # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
-    results: List[Path] = typer.Argument(..., metavar="RESULTS", hidden=True),
+    results: List[Path] = typer.Argument(..., metavar="RESULTS", show_default=False,
+                                         help="JSON files of soarpack eval and bench (grouped as above)."),
     table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
                                                help="The table as Markdown or CSV instead of aligned text."),
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (the same as --format json)."),

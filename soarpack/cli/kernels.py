@@ -22,8 +22,10 @@ def kernels(
     out: Optional[Path] = typer.Option(None, "--out", metavar="PATH", help="Also write the JSON result here."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the tables."),
 ) -> None:
-    """Time bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel and patch 04's dispatch on this GPU, for
-    the shapes and widths of CKPT (or of the recipes), against the read floor measured in the same run; sum them
+    """Time the W4 kernel routes on this GPU for CKPT's shapes (or the recipes'); print the dispatch thresholds.
+
+    bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel and patch 04's dispatch, for the shapes and widths
+    of CKPT (or of the recipes), against the read floor measured in the same run; sum them
     per recipe for a decode step and a prefill chunk; print the SOARPACK_W4_DISPATCH thresholds they imply.
     Needs a CUDA GPU.
 
