@@ -262,7 +262,7 @@ def calib_cmd(
     typer.echo("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
     largest = max(summary["length_histogram"].values(), default=0)
     for bucket, n in summary["length_histogram"].items():
-        typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}")
+        typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
 
 
 HISTOGRAM_WIDTH = 60
