@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from fake_sglang_server import ChatReply, FakeSGLang
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
+from soarpack.facts import engine
 
 
 def _eval(tmp_path, label, answer, n=10, right=None):
@@ -85,5 +86,8 @@ def test_chart_without_matplotlib_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import matplotlib raises ImportError
     files = [_bench(tmp_path, "a", {"s1": 10.0, "s8": 20.0, "smax": 30.0})]
     result = CliRunner().invoke(app, ["compare", *map(str, files), "--chart", str(tmp_path / "c.png")])
-    assert result.exit_code == 2 and "needs matplotlib" in result.output and "soarpack[plot]" in result.output
+    assert result.exit_code == 2 and "needs matplotlib" in result.output
+    # the extra's install pins torch as the dev install does: unpinned, pip would pull a CUDA torch
+    hint = " ".join(result.output.split())
+    assert f'pip install "{engine.DEV_TORCH_SPEC}" -e ".[plot]"' in hint and '"soarpack[plot]"' not in hint
     assert "Traceback" not in result.output and not (tmp_path / "c.png").exists()

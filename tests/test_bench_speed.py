@@ -162,3 +162,15 @@ def test_score_refuses_incomplete_eval_and_missing_best(tmp_path):
     assert result.exit_code == 2 and in_output("3 of 150", result)
     result = runner.invoke(app, ["score", "--ours", str(bench_json), "--best-s1", "5", "--best-s8", "5"])
     assert result.exit_code == 2 and in_output("the best time is missing for smax", result) and in_output("--best-smax SECONDS", result)
+
+
+def test_a_missing_best_time_says_what_it_is_and_where_to_get_it(tmp_path):
+    bench_json = tmp_path / "b.json"
+    bench_json.write_text(json.dumps({"kind": "soarpack.bench", "tiers": {t: {"duration_s": 10.0, "failed": 0} for t in ("s1", "s8", "smax")}}))
+    result = CliRunner().invoke(app, ["score", "--ours", str(bench_json)])
+    assert result.exit_code == 2
+    assert in_output("the best time is missing for s1, s8, smax: a tier's best time is the shortest benchmark "
+                     "duration any team has on the competition's leaderboard", result)
+    assert in_output("read each tier's best duration off the leaderboard", result)
+    assert in_output("pass --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS, or --best BENCH.json", result)
+    assert "leaderboard" in " ".join(CliRunner().invoke(app, ["score", "-h"]).output.split())

@@ -17,7 +17,8 @@ def _help(*words):
 def _commands(*group):
     text = _help(*group)
     listed = text.split("Commands:", 1)[1]
-    return [line.split()[0] for line in listed.splitlines() if line.startswith("  ") and line.strip()]
+    # a command's description may wrap: its next lines are indented further
+    return [line.split()[0] for line in listed.splitlines() if re.match(r"  \S", line)]
 
 
 

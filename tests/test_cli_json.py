@@ -1,10 +1,11 @@
 """The global `--format json` on every command that prints a result, the same as the command's own `--json`:
 stdout holds exactly one JSON document, and nothing else. (quantize and verify: tests/test_quant_e2e.py; compare:
-tests/test_bench_compare.py; rehearse-server: tests/test_serve_server.py.)"""
+tests/test_bench_compare.py; rehearse-server against a stand-in server: tests/test_serve_server.py.)"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -98,6 +99,26 @@ def test_serve_check(tmp_path, monkeypatch):
     monkeypatch.setattr(F, "run_fork_check", lambda *a, **k: F.ForkCheckResult(True, "fork tree: pass", "table", []))
     a, b, _ = _both(["serve-check", str(ckpt), "--sglang-src", str(src)])
     assert a == b and a["ok"] and a["summary"] == "fork tree: pass"
+
+
+def test_rehearse_server(tmp_path, monkeypatch):
+    """Its steps, gate and score as one JSON document; the steps' progress stays off stdout (and off stderr)."""
+    from soarpack.rehearse import server as R
+    from soarpack.steps import Event, RunReport, StepResult
+
+    def fake(ckpt, profile, data, out_dir, **kwargs):
+        kwargs["on_event"](Event("info", "server start", "waiting for /health"))
+        report = RunReport([StepResult("server start", "pass", seconds=1.5), StepResult("eval", "fail", "C = 0.92", 2.0)])
+        return R.RehearsalResult(False, "eval failed", "gate: below", Path(out_dir), Path(out_dir) / "server.log",
+                                 report, score={"final_score": 12.5})
+
+    monkeypatch.setattr(R, "rehearse_server", fake)
+    (tmp_path / "ckpt").mkdir()
+    args = ["rehearse-server", str(tmp_path / "ckpt"), "--data", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "r")]
+    a, b, res = _both(args)
+    assert res.exit_code == 1 and res.stderr == ""
+    assert a == b and a["ok"] is False and a["gate"] == "gate: below" and a["score"] == {"final_score": 12.5}
+    assert [(s["name"], s["status"]) for s in a["steps"]] == [("server start", "pass"), ("eval", "fail")]
 
 
 def test_wheels_fetch_and_lock(tmp_path, monkeypatch):

@@ -37,6 +37,7 @@ def _word(text: str) -> str:  # a number or flag standing on its own, not inside
 TEXT_FACTS: List[Tuple[str, str]] = [
     *[(f"image pin {name}", _version(version)) for name, version in image.PINS.items()],
     ("engine pin gptqmodel", _version(engine.GPTQMODEL)),
+    ("dev torch pin", _version(engine.DEV_TORCH)),
     ("upload limit", rf"(?<![\w.]){_number(limits.UPLOAD_MAX_BYTES / 1e9)} ?GB\b"),
     ("baseline accuracy", _word(f"{scoring.BASELINE_ACCURACY:g}")),
     *[(f"C threshold {bound:g}", _word(f"{bound:g}")) for bound, _ in scoring.C_STEPS],
@@ -134,6 +135,15 @@ def test_the_facts_package_is_data_on_the_standard_library():
 
 
 # -- what cannot import soarpack.facts, held equal to it ------------------------------------------------------------
+
+
+def test_the_install_script_and_the_readme_pin_the_dev_torch():
+    """scripts/install.sh and the README's pip lines pin torch as soarpack.facts.engine.DEV_TORCH says."""
+    script = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert script.count(f'"{engine.DEV_TORCH_SPEC}"') == 2
+    pins = re.findall(r"torch==[\w.+]+", script + readme)
+    assert pins and set(pins) == {engine.DEV_TORCH_SPEC}, pins
 
 
 def test_pyproject_pins_the_engine_and_lists_the_forks_import_packages():

@@ -7,6 +7,7 @@ from typing import List, Sequence
 
 from soarpack.bench.compare import TIERS, Run
 from soarpack.errors import SoarpackError
+from soarpack.facts import engine
 from soarpack.fsutil import atomic_file
 
 
@@ -34,7 +35,8 @@ def write_chart(runs: List[Run], path: Path, inputs: Sequence[Path] = ()) -> Pat
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotExtraMissing("--chart needs matplotlib, which is not installed",
-                               'pip install "soarpack[plot]" (or pip install matplotlib)') from None
+                               f'pip install matplotlib (or, in the soarpack checkout: pip install '
+                               f'"{engine.DEV_TORCH_SPEC}" -e ".[plot]", torch pinned so pip keeps the CPU build)') from None
     tasks = sorted({task for run in runs for task in run.per_task})
     fig, (speed, accuracy) = plt.subplots(1, 2, figsize=(12, 4.5))
     _grouped_bars(speed, list(TIERS), runs, lambda run, tier: run.durations.get(tier), "seconds (lower is better)",

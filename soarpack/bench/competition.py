@@ -15,6 +15,11 @@ from soarpack.facts import scoring as platform_scoring
 from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
 TIER_WEIGHTS: Dict[str, float] = platform_scoring.TIER_WEIGHTS
+# What a best time is and where it comes from (SALA.md §2): soarpack knows no current value, so it never assumes one.
+BEST_TIME_MEANS = ("a tier's best time is the shortest benchmark duration any team has on the competition's "
+                   "leaderboard (S = 100 x best / ours)")
+BEST_TIME_FROM = ("read each tier's best duration off the leaderboard (the board was re-scored when the hidden "
+                  "speed set changed, so take today's figures)")
 
 
 def read_result(path: Path, kind: str, what: str) -> dict:
@@ -76,8 +81,9 @@ def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optiona
     missing_best = [t for t in TIER_WEIGHTS if t not in best]
     if missing_best:
         flags = " ".join(f"--best-{t} SECONDS" for t in missing_best)
-        raise InputDataError(f"the best time is missing for {', '.join(missing_best)}",
-                             f"pass --best BENCH.json with all three tiers, or {flags}")
+        raise InputDataError(f"the best time is missing for {', '.join(missing_best)}: {BEST_TIME_MEANS}",
+                             f"{BEST_TIME_FROM}; pass {flags}, or --best BENCH.json to score against a bench "
+                             "of your own (all three tiers)")
     missing_ours = [t for t in TIER_WEIGHTS if t not in ours]
     if missing_ours:
         raise InputDataError(f"our bench has no {', '.join(missing_ours)} tier",

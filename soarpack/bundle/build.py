@@ -113,17 +113,21 @@ def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
     return where.builtin, rec
 
 
-def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any) -> tuple:
+def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: Any,
+                 asked_rows: Optional[int] = None) -> tuple:
     """(calibration files, held-out files) as the manifest names them, and the rows asked for (what quantize
-    resolves on the platform: the recipe's, else the default) against the rows shipped, file by file."""
+    resolves on the platform: `asked_rows` (build --rows, passed to it), else the recipe's, else the default)
+    against the rows shipped, file by file. `rows`: how many built-in prompts to write (default: the rows asked)."""
     from soarpack.quant.calib import read_examples, write_builtin_calibration
     from soarpack.quant.calibinfo import file_rows
     from soarpack.quant.options import HELD_OUT_ROWS, CalibrationOverrides, resolve_calibration
 
     out_dir = stage / layout.CALIB_DIR
     out_dir.mkdir()
-    settings, _ = resolve_calibration(CalibrationOverrides(rows=rows), rec.calibration)
-    asked, asked_by = resolve_calibration(CalibrationOverrides(), rec.calibration)  # no --rows reaches the platform
+    settings, _ = resolve_calibration(CalibrationOverrides(rows=rows if rows is not None else asked_rows),
+                                      rec.calibration)
+    # only build --rows reaches the platform's quantize (as MANIFEST quantize.extra_args)
+    asked, asked_by = resolve_calibration(CalibrationOverrides(rows=asked_rows), rec.calibration)
     write_builtin_calibration(out_dir / "heldout.jsonl", HELD_OUT_ROWS, settings.seed, settings.max_len, held_out=True)
     held_out = [f"{layout.CALIB_DIR}/heldout.jsonl"]
     if not calib:
@@ -240,7 +244,9 @@ def build_bundle(
     wheels: bool = True,
     wheel_dir: Optional[Union[str, Path]] = None,
     cache_dir: Optional[Union[str, Path]] = None,
-    calib_rows: Optional[int] = None,  # default: the recipe's, else soarpack.quant.options.CALIBRATION_DEFAULTS
+    calib_rows: Optional[int] = None,  # built-in prompts written (tests); default: the rows asked
+    rows: Optional[int] = None,  # calibration rows the platform's quantize asks for (build --rows); default: the
+    # recipe's, else soarpack.quant.options.CALIBRATION_DEFAULTS
     max_bytes: int = layout.MAX_BYTES,
     warn_bytes: int = layout.WARN_BYTES,
     force: bool = False,
@@ -254,6 +260,8 @@ def build_bundle(
     from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
     from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise ConfigError(f"--rows {rows!r} is not a row count", "pass --rows N with N of 1 or more")
     prof = load_profile(profile or DEFAULT_PROFILE)
     recipe_ref = recipe if recipe is not None else prof.recipe
     if recipe_ref is None:
@@ -285,7 +293,7 @@ def build_bundle(
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
         on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
-        calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec)
+        calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
         on_event(Event("info", "build", calibration_line(calib_origin)))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
@@ -308,7 +316,8 @@ def build_bundle(
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
             "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
-                         "held_out": held_out_names, "extra_args": [], "calibration": calib_origin},
+                         "held_out": held_out_names, "extra_args": quantize_extra_args(rows),
+                         "calibration": calib_origin},
             "evidence": evidence_record(rec, prof),
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
@@ -339,12 +348,21 @@ def build_bundle(
     return BuildResult(out_path, size, manifest.as_json(), manifest.id, warnings, risks, packing.placed.outcome)
 
 
+# Who asked for the calibration rows (resolve_calibration's sources), as build, inspect and the risks say it.
+ASKED_BY_WORDS = {"recipe": "by the recipe", "default": "soarpack's default", "cli": "by build --rows"}
+
+
+def quantize_extra_args(rows: Optional[int]) -> List[str]:
+    """The flags build adds to the platform's `soarpack quantize` (MANIFEST quantize.extra_args)."""
+    return ["--rows", str(rows)] if rows is not None else []
+
+
 def calibration_line(origin: Dict[str, Any]) -> str:
     """`calibration: 12 rows shipped of the 256 asked (by the recipe), from calib/00-mine.jsonl (12 rows)`."""
     from soarpack.quant.calibinfo import where_from
 
     shipped = sum(s["rows"] for s in origin["sources"])
-    by = {"recipe": "by the recipe", "default": "soarpack's default"}.get(origin["asked_by"], origin["asked_by"])
+    by = ASKED_BY_WORDS.get(origin["asked_by"], origin["asked_by"])
     return (f"calibration: {shipped} rows shipped of the {origin['rows_asked']} asked ({by}), from "
             + ("the built-in synthetic prompts, " if origin["builtin"] else "") + where_from(origin["sources"]))
 

@@ -75,7 +75,8 @@ def calibration_risks(calibration: Dict[str, Any]) -> List[Risk]:
                         "over 150 nouns); nobody has measured the real model's accuracy after calibrating on them; "
                         "calibrate on real text, e.g. --calib perf_public_set.jsonl (README)", CALIBRATION_SOURCE))
     if isinstance(asked, int) and shipped < asked:
-        by = {"recipe": "the recipe asks for", "default": "soarpack's default asks for"}.get(
+        by = {"recipe": "the recipe asks for", "default": "soarpack's default asks for",
+              "cli": "build --rows asks for"}.get(
             str(calibration.get("asked_by")), "asked for")
         out.append(Risk("calib-short", f"{shipped} calibration rows shipped ({where_from(sources, builtin)}) against "
                         f"the {asked} {by}: quantize will calibrate on at most {shipped}", CALIBRATION_SOURCE))

@@ -13,19 +13,22 @@ from rich.text import Text
 from soarpack import __version__
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.printable import printable
+from soarpack.cli.helpformat import SoarpackCommand, SoarpackGroup
 from soarpack.cli.output import Format as OutputFormat
 
 
 class UsageError(ConfigError):
     """A flag given wrongly on the command line."""
 
-# Plain help pages (no rich panels): no `<bool>` after flags, and help text is never read as markup.
-HELP_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
+# Plain help pages (no rich panels): no `<bool>` after flags, and help text is never read as markup. They use the
+# terminal's width up to 120 columns (wider lines are hard to read); soarpack.cli.helpformat says what else differs.
+HELP_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
 app = typer.Typer(
     name="soarpack",
     help="Quantize MiniCPM-SALA, package a SOAR submission, and measure it before you upload.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (README: Shell completion)
+    cls=SoarpackGroup,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings=HELP_SETTINGS,
@@ -35,7 +38,8 @@ err_console = Console(stderr=True)
 
 def sub_app(help_text: str) -> typer.Typer:
     """A command group (`soarpack sglang ...`) with the same help style as the top level."""
-    return typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP_SETTINGS)
+    return typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP_SETTINGS,
+                       cls=SoarpackGroup)
 
 
 def renamed(value, old_value, flag: str, old_flag: str):
@@ -110,7 +114,7 @@ def command(*args, **kwargs):
 
 def _command_on(typer_app: typer.Typer, *args, **kwargs):
     def deco(fn):
-        return typer_app.command(*args, **kwargs)(handle_errors(fn))
+        return typer_app.command(*args, cls=SoarpackCommand, **kwargs)(handle_errors(fn))
 
     return deco
 

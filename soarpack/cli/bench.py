@@ -312,20 +312,25 @@ def score_cmd(
     ours: Path = typer.Option(..., "--ours", metavar="FILE", help="Our bench JSON (soarpack bench -o)."),
     eval_json: Optional[Path] = typer.Option(None, "--eval", metavar="FILE",
                                              help="Our eval JSON; without it C = 1 is assumed."),
-    best: Optional[Path] = typer.Option(None, "--best", metavar="FILE", help="A bench JSON holding the best durations."),
+    best: Optional[Path] = typer.Option(None, "--best", metavar="FILE",
+                                        help="A bench JSON whose durations count as the best (e.g. a run of your "
+                                             "own, to compare against it)."),
     best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
-                                            help="Best S1 duration (overrides --best)."),
+                                            help="Best S1 duration, from the leaderboard (overrides --best)."),
     best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 duration."),
     best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax duration."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours.
 
+    A tier's best time is the shortest benchmark duration any team has on the competition's leaderboard; soarpack
+    knows no current value, so pass each one (--best-s1, --best-s8, --best-smax) or a bench JSON (--best).
+
     Example:
 
     \b
       soarpack score --ours bench.json --eval eval.json \\
-        --best-s1 30 --best-s8 60 --best-smax 90
+        --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS
     """
     from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.bench.render import print_score
@@ -358,8 +363,8 @@ class _OldCompareFormat(str, enum.Enum):  # `compare --format md|csv|json|table`
 
 @command("compare")
 def compare_cmd(
-    # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
-    results: List[Path] = typer.Argument(..., metavar="RESULTS", hidden=True),
+    results: List[Path] = typer.Argument(..., metavar="RESULTS", show_default=False,
+                                         help="JSON files of soarpack eval and bench (grouped as above)."),
     table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
                                                help="The table as Markdown or CSV instead of aligned text."),
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (the same as --format json)."),

@@ -12,6 +12,7 @@ from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
 from soarpack.cli.output import sink
 from soarpack.printable import printable
 from soarpack.facts import image, scoring as platform_scoring
+from soarpack.recipe.calibration import CALIBRATION_DEFAULTS
 
 _BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
 
@@ -38,6 +39,10 @@ def build_cmd(
     calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE",
                                                help="Calibration file to ship (repeatable); default: built-in "
                                                     "prompts. Formats: soarpack calib --help."),
+    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1,
+                                       help="Calibration rows the platform's quantize asks for (its --rows; "
+                                            "recorded in MANIFEST.json). Default: the recipe's, else "
+                                            f"{CALIBRATION_DEFAULTS.rows}."),
     wheels: bool = typer.Option(True, "--wheels/--no-wheels",
                                 help="Bundle the quantization stack as CPython 3.10 wheels (cached once)."),
     wheel_dir: Optional[Path] = typer.Option(None, "--wheel-dir", metavar="DIR",
@@ -61,7 +66,7 @@ def build_cmd(
 
     out_ = sink(as_json)
     result = build_bundle(out, profile=profile, recipe=recipe, sglang_src=sglang_src or PLATFORM, calib=calib or (),
-                          wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
+                          rows=rows, wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
     if not wheels:
         out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
     if not result.risks:
@@ -125,7 +130,10 @@ def inspect_cmd(
     asked = summary["quantize"].get("calibration") or {}
     if "rows_asked" in asked:
         i = [key for key, _ in lines].index("calibration")
-        lines[i] = (lines[i][0], lines[i][1] + f", of the {asked['rows_asked']} asked ({asked['asked_by']})"
+        from soarpack.bundle.build import ASKED_BY_WORDS
+
+        by = ASKED_BY_WORDS.get(asked["asked_by"], asked["asked_by"])
+        lines[i] = (lines[i][0], lines[i][1] + f", of the {asked['rows_asked']} asked ({by})"
                     + ("; the built-in synthetic prompts" if asked.get("builtin") else ""))
     for what in ("recipe", "profile"):
         for entry in summary["evidence"].get(what) or []:

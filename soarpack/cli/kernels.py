@@ -19,11 +19,14 @@ def kernels(
     recipe: Optional[List[str]] = typer.Option(None, "--recipe", metavar="NAME", help="A recipe name or .toml instead of a checkpoint (repeatable). Neither: every built-in recipe."),
     m: Optional[str] = typer.Option(None, "--m", metavar="M,...", help="Row counts to time (default 1,2,4,8,16,32,64,128,256,512,1024,2048,8192)."),
     marlin_ext: Optional[Path] = typer.Option(None, "--marlin-ext", metavar="SO", help="Marlin built by benchmarks/build_marlin_ext.py, when sgl_kernel does not import."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="PATH", help="Also write the JSON result here."),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Also write the JSON result here."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the tables."),
+    old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """Time bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel and patch 04's dispatch on this GPU, for
-    the shapes and widths of CKPT (or of the recipes), against the read floor measured in the same run; sum them
+    """Time the W4 kernel routes on this GPU for CKPT's shapes (or the recipes'); print the dispatch thresholds.
+
+    bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel and patch 04's dispatch, for the shapes and widths
+    of CKPT (or of the recipes), against the read floor measured in the same run; sum them
     per recipe for a decode step and a prefill chunk; print the SOARPACK_W4_DISPATCH thresholds they imply.
     Needs a CUDA GPU.
 
@@ -33,7 +36,9 @@ def kernels(
       soarpack kernels ckpt-w4 --json > kernels.json
       soarpack kernels --recipe w4-mlp --recipe w4-full
     """
-    from soarpack.cli import UsageError
+    from soarpack.cli import UsageError, renamed
+
+    out = renamed(out, old_out, "--output", "--out")
     from soarpack.fsutil import atomic_write_json
     from soarpack.kernels.measure import M_DEFAULT, render_text, run_kernels
 

@@ -38,7 +38,7 @@ def quantize_cmd(
     recipe: str = typer.Option(_D.recipe, "--recipe", help="A built-in recipe name or a recipe .toml file."),
     calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE", help="Calibration file(s); repeatable. Default: built-in prompts."),
     held_out: Optional[List[Path]] = typer.Option(None, "--held-out", metavar="FILE", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
-    rows: Optional[int] = typer.Option(None, "--rows", metavar="N", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
+    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
     max_len: Optional[int] = typer.Option(None, "--max-len", metavar="TOKENS", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
     seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
     batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
@@ -187,9 +187,12 @@ def verify_cmd(
 
 @command("calib")
 def calib_cmd(
-    files: Optional[List[Path]] = typer.Argument(None, hidden=True),
+    files: Optional[List[Path]] = typer.Argument(None, metavar="FILES", show_default=False,
+                                                 help="JSONL or plain-text calibration files (formats above); none: the "
+                                                      "built-in prompts."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Model directory whose tokenizer and chat template to use."),
+                                             help="Model directory whose tokenizer and chat template to use. "
+                                                  "[required]"),
     rows: int = typer.Option(_CAL.rows, "-n", "--rows", metavar="N", help="Rows to select."),
     max_len: int = typer.Option(_CAL.max_len, "--max-len", metavar="TOKENS",
                                 help="Tokens per row, left-truncated; below the model's dense_len."),
@@ -202,8 +205,7 @@ def calib_cmd(
 ) -> None:
     """Preview calibration data: rows per task, token-length histogram, truncation.
 
-    FILES... (none: the built-in prompts) are JSONL or plain-text files. A JSONL
-    line is one of:
+    A JSONL line of FILES is one of:
 
     \b
       {"task": "mcq", "question": "...", "gold": "B"}  (the SOAR eval format)
@@ -258,8 +260,19 @@ def calib_cmd(
     if short:
         typer.echo(f"note: {short}")
     typer.echo("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
+    largest = max(summary["length_histogram"].values(), default=0)
     for bucket, n in summary["length_histogram"].items():
-        typer.echo(f"  {bucket:>11} {n:5d} {'#' * min(n, 60)}")
+        typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
+
+
+HISTOGRAM_WIDTH = 60
+
+
+def histogram_bar(count: int, largest: int, width: int = HISTOGRAM_WIDTH) -> str:
+    """`#` bars scaled to the largest bucket: different counts draw different lengths, any row at least one `#`."""
+    if count <= 0 or largest <= 0:
+        return ""
+    return "#" * max(1, round(width * count / largest))
 
 
 @command("recipes")

@@ -231,7 +231,7 @@ def judge(report: Dict[str, Any], recipe, config) -> tuple:
 
 
 def render_table(rows: Sequence[ModuleRow], problems: Sequence[str]) -> str:
-    header = ("module", "fork quant method", "served", "recipe plan", "")
+    header = ("module", "fork quant method", "served", "recipe plan", "check")
     body = [(r.module, r.method or "-", _describe_served(r.__dict__), r.planned, "ok" if r.ok else "MISMATCH") for r in rows]
     widths = [max(len(str(x[i])) for x in [header, *body]) for i in range(len(header))]
     lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [header, *body]]
