@@ -9,7 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.cli import app
 
 runner = CliRunner()
