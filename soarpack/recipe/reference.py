@@ -8,7 +8,7 @@ test keeps docs/recipes.md equal to this rendering.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from pydantic_core import PydanticUndefined
 
