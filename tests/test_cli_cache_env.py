@@ -222,3 +222,10 @@ def test_a_held_lock_of_a_read_only_cache_is_best_effort(tmp_path):
     cachelock.hold_shared(tmp_path / "missing" / "stack")
     assert not cachelock.is_busy(tmp_path / "missing" / "stack")
     cachelock.release_shared(tmp_path / "missing" / "stack")
+
+
+@pytest.mark.parametrize("words", [("cache", "list"), ("cache", "clear"), ("cache",), ("env",)])
+def test_help_pages_read_at_80_columns_with_an_example(words):
+    res = CliRunner().invoke(app, [*words, "-h"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert res.exit_code == 0 and "Example" in res.output
+    assert all(len(line) <= 80 for line in res.output.splitlines())
