@@ -116,7 +116,7 @@ def holders(folder: Path) -> List[str]:
     for r in hits:
         pid = r[4]
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cmd = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
         except OSError:
             cmd = ""
         shown = f"pid {pid} ({cmd[:120]})" if cmd else f"pid {pid}"

@@ -170,6 +170,8 @@ def test_the_wheel_cache_is_held_while_wheels_are_fetched(cache, monkeypatch):
 def test_env_reports_versions_python310_stand_in_and_cache(cache, monkeypatch):
     root, current, _ = cache
     a, b = _json(["env"])
+    for doc in (a, b):  # the disk's free space moves between two runs
+        assert doc["cache"].pop("free_bytes") > 0
     assert a == b
     v = a["versions"]
     assert v["soarpack"] == __version__ and v["python"] == sys.version.split()[0]
@@ -182,7 +184,7 @@ def test_env_reports_versions_python310_stand_in_and_cache(cache, monkeypatch):
     assert stand_in["built"] is True and stand_in["key"] == current.name and stand_in["path"] == str(current)
     assert stand_in["versions"]["torch"] == "2.9.1" and stand_in["in_use_by"] == []
     assert a["cache"]["root"] == str(root) and a["cache"]["set_by"] == "SOARPACK_CACHE"
-    assert [e["name"] for e in a["cache"]["entries"]][-1] == "wheels" and a["cache"]["free_bytes"] > 0
+    assert [e["name"] for e in a["cache"]["entries"]][-1] == "wheels"
     text = runner.invoke(app, ["env"]).stdout
     assert f"image stand-in: built, key {current.name}" in text and f"cache: {root} ($SOARPACK_CACHE)" in text
     assert "versions: soarpack " in text and "free there" in text
