@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def fake_server():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-m", "soarpack", "fake-server", "--port", "0", "--ttft", "0.01",
-                             "--token-delay", "0.001"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--token-delay", "0.0001"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
     try:
         url = proc.stdout.readline().strip()

@@ -20,15 +20,15 @@ def fake_server_cmd(
     model_id: str = typer.Option("fake-sala", "--model-id", metavar="NAME", help="The id /v1/models reports."),
     ttft: float = typer.Option(0.05, "--ttft", metavar="SECONDS", min=0.0,
                                help="Delay before the first streamed token of /generate."),
-    token_delay: float = typer.Option(0.002, "--token-delay", metavar="SECONDS", min=0.0,
-                                      help="Delay between streamed tokens."),
+    token_delay: float = typer.Option(0.0005, "--token-delay", metavar="SECONDS", min=0.0,
+                                      help="Delay per streamed token (sent 16 to a chunk)."),
     as_json: bool = typer.Option(False, "--json", help="Print the address as JSON."),
 ) -> None:
     """A stand-in, not SGLang: answers in the SGLang/OpenAI format with made-up text.
 
     Serves /v1/models, /v1/chat/completions, streaming /generate and
-    /flush_cache on 127.0.0.1 until Ctrl-C, so that eval, bench and compare
-    can be tried without a GPU. Its answers are made up (a choice letter
+    /flush_cache on 127.0.0.1 until Ctrl-C (or SIGTERM), so that eval, bench
+    and compare can be tried without a GPU. Its answers are made up (a choice letter
     picked from the question's hash), its speed is the delays given here:
     the numbers eval and bench report against it mean nothing.
 
@@ -47,7 +47,7 @@ def fake_server_cmd(
 
     out = sink(as_json)
     server = FakeSGLang(model_id=model_id, port=port, chat=made_up_reply,
-                        generate=GenerateScript(ttft_s=ttft, token_delay_s=token_delay))
+                        generate=GenerateScript(ttft_s=ttft, token_delay_s=token_delay, tokens_per_chunk=16))
     try:
         server.start()
     except OSError as exc:
@@ -57,7 +57,7 @@ def fake_server_cmd(
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         out.result({"url": server.url, "model_id": model_id, "stand_in": True}, server.url)
-        out.say("a stand-in, not SGLang: its answers are made up and its numbers mean nothing; Ctrl-C stops it")
+        out.say("a stand-in, not SGLang: its answers are made up and its numbers mean nothing; Ctrl-C (or kill PID) stops it")
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
