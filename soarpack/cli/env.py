@@ -36,7 +36,7 @@ def env_cmd(
     v, py, stack, cache = data["versions"], data["python310"], data["image_stand_in"], data["cache"]
     lines = ["versions: " + ", ".join(f"{k} {v[k] or 'not installed'}" for k in v), f"python: {data['executable']}"]
     if py["path"]:
-        lines.append(f"python 3.10: {py['path']} (found by {py['found_by']})")
+        lines.append(f"python 3.10: {py['path']} (found by {py['found_by']}; the order: {', '.join(py['searched'])})")
     else:
         lines.append(f"python 3.10: none found (searched {', '.join(py['searched'])}); "
                      "set SOARPACK_PYTHON310=/path/to/python3.10")
