@@ -1,6 +1,6 @@
 """How much of a measured bench duration is ours: the client's throughput against a zero-delay server.
 
-The scripted test server (tests/fake_sglang_server.py) runs in a child process and answers at once, so every
+The scripted test server (soarpack/serve/fake_server.py) runs in a child process and answers at once, so every
 second spent is either the client's or the stdlib server's. Reported per case: requests/s, streamed chunks/s,
 and the client process's own CPU time per request (the server's CPU is not in it). A platform tier runs for
 hundreds of seconds; compare its duration with `requests × client ms/request` to see that the client is noise.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _serve(url_queue, stop_event) -> None:
-    from fake_sglang_server import ChatReply, FakeSGLang
+    from soarpack.serve.fake_server import ChatReply, FakeSGLang
 
     with FakeSGLang(chat=lambda q: ChatReply("</think>ANSWER: A")) as server:
         url_queue.put(server.url)

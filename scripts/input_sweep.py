@@ -49,7 +49,8 @@ class _Html(BaseHTTPRequestHandler):
 
 
 def fixtures(work: Path) -> dict:
-    from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+    from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+    from tiny_tokenizer import make_tiny_tokenizer
     from soarpack.bundle.build import build_bundle
     from soarpack.bundle.tarpack import safe_extract, write_tarball
     from soarpack.sala.tiny import make_tiny_model

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
+from soarpack import cachelock
 from soarpack.errors import HostError, SoarpackError
 from soarpack.facts import image
 from soarpack.steps import EventCallback, lines_to, no_events
@@ -75,27 +76,43 @@ def _uv_python310() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def find_python310() -> Optional[str]:
-    """A CPython 3.10 (the platform's Python): $SOARPACK_PYTHON310, PATH, pyenv, uv."""
-    candidates = [os.environ.get("SOARPACK_PYTHON310", "")]
-    candidates += [shutil.which("python3.10") or ""]
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True)
-    if shutil.which("uv"):
-        candidates.append(_uv_python310())
+# Where a CPython 3.10 is looked for, in this order (`soarpack env` shows which one was found and how).
+PYTHON310_SEARCH = ("this interpreter", "$SOARPACK_PYTHON310", "python3.10 on PATH", "pyenv", "uv python find 3.10")
+
+
+def _python310_candidates() -> Iterator[tuple]:
     if sys.version_info[:2] == (3, 10):
-        candidates.insert(0, sys.executable)
-    for cand in candidates:
-        if not cand:
-            continue
-        try:
-            out = subprocess.run([cand, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
-                                 capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip() == "True":
-            return cand
+        yield PYTHON310_SEARCH[0], sys.executable
+    yield PYTHON310_SEARCH[1], os.environ.get("SOARPACK_PYTHON310", "")
+    yield PYTHON310_SEARCH[2], shutil.which("python3.10") or ""
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    for p in sorted((str(p) for p in pyenv_root.glob("versions/3.10.*/bin/python3.10")), reverse=True):
+        yield PYTHON310_SEARCH[3], p
+    if shutil.which("uv"):
+        yield PYTHON310_SEARCH[4], _uv_python310()
+
+
+def _is_python310(cand: str) -> bool:
+    try:
+        out = subprocess.run([cand, "-c", "import sys; print(sys.version_info[:2] == (3, 10))"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "True"
+
+
+def locate_python310() -> Optional[tuple]:
+    """(how it was found, path) of the CPython 3.10 soarpack uses, searched in PYTHON310_SEARCH's order; None."""
+    for how, cand in _python310_candidates():
+        if cand and _is_python310(cand):
+            return how, cand
     return None
+
+
+def find_python310() -> Optional[str]:
+    """A CPython 3.10 (the platform's Python): this one if it is 3.10, $SOARPACK_PYTHON310, PATH, pyenv, uv."""
+    found = locate_python310()
+    return found[1] if found else None
 
 
 def cache_root() -> Path:
@@ -215,32 +232,39 @@ def ensure_image_stack(*, packages: Sequence[str] = IMAGE_PINS + FORK_IMPORT_PAC
     log = lines_to(on_event, "image stand-in")
     root = stack_dir(packages)
     marker = root / ".soarpack-ready.json"
+    # This process uses the stand-in until it exits: a shared lock keeps `soarpack cache clear` off it (a read-only
+    # cache holds no lock and still serves; soarpack.cachelock).
+    cachelock.hold_shared(root)
     ready = _ready(root, marker)
-    if ready is not None:  # a built stand-in needs no lock: a read-only cache that holds one serves
+    if ready is not None:
         return ready
-    with _locked(root.with_name(root.name + ".lock")):
-        ready = _ready(root, marker)
-        if ready is not None:
-            return ready
-        py310 = find_python310()
-        if py310 is None:
-            raise ImageStackError("the image stand-in needs a CPython 3.10 (the platform's Python) and none was found",
-                                  "install one (pyenv install 3.10) or set SOARPACK_PYTHON310=/path/to/python3.10")
-        log(f"building the image stand-in once (CPython 3.10, {', '.join(IMAGE_PINS)}; about 4 GB from PyPI) at {root}")
-        shutil.rmtree(root, ignore_errors=True)
-        proc = subprocess.run([py310, "-m", "venv", str(root)], capture_output=True, text=True, env=clean_env())
-        if proc.returncode != 0:
-            raise ImageStackError(f"cannot make a Python 3.10 venv at {root}: {proc.stderr.strip()[-300:]}")
-        python = root / "bin" / "python"
-        t0 = time.monotonic()
-        _pip_install(python, list(packages), log)
-        versions = probe_versions(python)
-        if not versions.get("torch", "").startswith(image.TORCH) or not versions.get("python", "").startswith(image.PYTHON + "."):
-            raise ImageStackError(f"the image stand-in at {root} runs {describe_versions(versions)}, not the image's")
-        marker.write_text(json.dumps({"packages": list(packages), "versions": versions,
-                                      "seconds": round(time.monotonic() - t0, 1)}, indent=2), encoding="utf-8")
-        log(f"image stand-in ready in {time.monotonic() - t0:.0f} s: {describe_versions(versions)}")
-        return ImageStack(python, versions)
+    cachelock.release_shared(root)  # the build takes the same lock exclusively
+    with _locked(cachelock.lock_path(root)):
+        stack = _ready(root, marker) or _build(root, marker, packages, log)
+    cachelock.hold_shared(root)
+    return stack
+
+
+def _build(root: Path, marker: Path, packages: Sequence[str], log: Callable[[str], None]) -> ImageStack:
+    py310 = find_python310()
+    if py310 is None:
+        raise ImageStackError("the image stand-in needs a CPython 3.10 (the platform's Python) and none was found",
+                              "install one (pyenv install 3.10) or set SOARPACK_PYTHON310=/path/to/python3.10")
+    log(f"building the image stand-in once (CPython 3.10, {', '.join(IMAGE_PINS)}; about 4 GB from PyPI) at {root}")
+    shutil.rmtree(root, ignore_errors=True)
+    proc = subprocess.run([py310, "-m", "venv", str(root)], capture_output=True, text=True, env=clean_env())
+    if proc.returncode != 0:
+        raise ImageStackError(f"cannot make a Python 3.10 venv at {root}: {proc.stderr.strip()[-300:]}")
+    python = root / "bin" / "python"
+    t0 = time.monotonic()
+    _pip_install(python, list(packages), log)
+    versions = probe_versions(python)
+    if not versions.get("torch", "").startswith(image.TORCH) or not versions.get("python", "").startswith(image.PYTHON + "."):
+        raise ImageStackError(f"the image stand-in at {root} runs {describe_versions(versions)}, not the image's")
+    marker.write_text(json.dumps({"packages": list(packages), "versions": versions,
+                                  "seconds": round(time.monotonic() - t0, 1)}, indent=2), encoding="utf-8")
+    log(f"image stand-in ready in {time.monotonic() - t0:.0f} s: {describe_versions(versions)}")
+    return ImageStack(python, versions)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

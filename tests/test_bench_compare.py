@@ -6,7 +6,7 @@ import struct
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
 from soarpack.facts import engine

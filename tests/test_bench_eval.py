@@ -6,7 +6,8 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
 from soarpack.errors import InputDataError

@@ -6,7 +6,8 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.speed import BenchConfig, load_speed_pairs, prepare_requests, run_bench
 from soarpack.cli import app
 from soarpack.errors import ConfigError, SoarpackError

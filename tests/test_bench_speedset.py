@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import make_tiny_tokenizer
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.speed import load_speed_pairs, prepare_requests
 from soarpack.bench.speedset import DEFAULT_MIX, Bucket, allocate, bucket_histogram, load_mix, make_speedset
 from soarpack.bench.tokenizer import load_tokenizer

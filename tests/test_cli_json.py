@@ -5,12 +5,17 @@ tests/test_bench_compare.py; rehearse-server against a stand-in server: tests/te
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.cli import app
 
 runner = CliRunner()
@@ -168,3 +173,33 @@ def test_kernels_with_the_stand_in_backend(monkeypatch):
     monkeypatch.setenv(measure.BACKEND_ENV, "kernels_standin:backend")
     a, b, _ = _both(["kernels", "--recipe", "w4-mlp", "--m", "1,8192"])
     assert a["rollup"] == b["rollup"] and a["dispatch_env"] == b["dispatch_env"]
+
+
+def test_env_cache_and_fake_server(tmp_path, monkeypatch):
+    """env, cache list, cache clear (a dry run) and fake-server (its address, then it is stopped)."""
+    monkeypatch.setenv("SOARPACK_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    (tmp_path / "cache" / "wheels" / "x.whl").write_bytes(b"x" * 5000)
+    a, b, _ = _both(["env", "--no-sizes"])
+    assert a["versions"] == b["versions"] and a["cache"]["root"] == str(tmp_path / "cache")
+    a, b, _ = _both(["cache", "list"])
+    assert a["entries"] == b["entries"] and [e["name"] for e in a["entries"]] == ["wheels"]
+    a, b, _ = _both(["cache", "clear"])
+    assert a == b and a["dry_run"] is True and (tmp_path / "cache" / "wheels" / "x.whl").is_file()
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    docs = []
+    for args in (["--format", "json", "fake-server", "--port", "0"], ["fake-server", "--port", "0", "--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "soarpack", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=root)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("}"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and rest == "" and err == "", err
+        docs.append(json.loads("".join(lines)))
+    for doc in docs:
+        assert doc["url"].startswith("http://127.0.0.1:") and doc["stand_in"] is True and doc["model_id"] == "fake-sala"

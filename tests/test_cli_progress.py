@@ -6,7 +6,8 @@ import json
 from typer.testing import CliRunner
 
 import soarpack.cli.bench as cli_bench
-from fake_sglang_server import FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bundle.build import build_bundle
 from soarpack.cli import app
 

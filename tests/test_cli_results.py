@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.summary import inspect_bundle

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from soarpack.cli import app
 from soarpack.diagnose import diagnose, diagnose_text
 from soarpack.diagnose.results import repeated_tail

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.evaluate import EvalConfig, load_eval_rows, run_eval
 from soarpack.bench.jsonl import read_jsonl
 from soarpack.cli import app

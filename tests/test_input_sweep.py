@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import make_tiny_tokenizer
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.cli import app
 from soarpack.errors import SoarpackError
 

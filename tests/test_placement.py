@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import soarpack.fsutil as fsutil
-from fake_sglang_server import make_tiny_tokenizer
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.cli import app
 
 REPO = Path(fsutil.__file__).resolve().parent.parent  # children import the soarpack under test
@@ -239,7 +239,7 @@ def test_case_3_the_next_run_says_it_rolled_back(tmp_path, capsys):
 
 
 def test_case_1_bench_output_is_its_speed_input(tmp_path, tokenizer_dir):
-    from fake_sglang_server import FakeSGLang
+    from soarpack.serve.fake_server import FakeSGLang
 
     s1 = tmp_path / "s1.jsonl"
     s1.write_text('{"question": "hi there, how are you", "model_response": "fine thanks"}\n')

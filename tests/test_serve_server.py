@@ -1,4 +1,4 @@
-"""`soarpack rehearse-server` against a stand-in `sglang` package whose launch_server serves fake_sglang_server.
+"""`soarpack rehearse-server` against a stand-in `sglang` package whose launch_server serves soarpack.serve.fake_server.
 
 Only the orchestration is tested here (start, health wait, eval, bench, score, stop, log); the real server needs a
 GPU and the fork installed.
@@ -23,7 +23,7 @@ from soarpack.steps import FAIL, PASS, SKIP
 TESTS = Path(__file__).resolve().parent
 LAUNCH_SERVER = '''
 import argparse, json, os, signal, sys, threading, time
-from fake_sglang_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
@@ -61,7 +61,7 @@ def standin_env(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "launch_server.py").write_text(LAUNCH_SERVER)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(pkg.parent), str(TESTS)])
+    env["PYTHONPATH"] = os.pathsep.join([str(pkg.parent), str(TESTS.parent)])  # soarpack of this checkout
     return env
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.speed import BenchConfig, partial_path, run_bench
 from soarpack.bundle import secrets
 from soarpack.bundle.build import build_bundle

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang, GenerateScript, make_tiny_tokenizer
+from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.client import make_client, stream_generate
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.bench.speed import BenchConfig, run_bench

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from fake_sglang_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from soarpack.bench.compare import load_runs
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.bench.scoring import full_credit_ori, gate_of_records, gate_of_total, ori_interval

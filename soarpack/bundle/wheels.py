@@ -11,6 +11,7 @@ platform's tags) and building the sdist-only packages (gptqmodel, pypcre, ...) w
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
+from soarpack import cachelock
 from soarpack.errors import SoarpackError
 from soarpack.facts import engine as engine_facts, image
 from soarpack.fsutil import atomic_write_json, sha256_file
@@ -207,8 +209,13 @@ def _platform_args() -> List[str]:
 
 def fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, on_event: EventCallback = no_events) -> None:
     """Download/build every locked wheel that the cache lacks (network to PyPI needed only then)."""
-    log = lines_to(on_event, "wheels")
     make_cache_dir(cache, "wheel cache")
+    with cachelock.shared(cache):  # in use: `soarpack cache clear` refuses meanwhile
+        _fetch_into_cache(lock, cache, lines_to(on_event, "wheels"), on_event)
+
+
+def _fetch_into_cache(lock: Sequence[LockedWheel], cache: Path, log: Callable[[str], None],
+                      on_event: EventCallback) -> None:
     missing = [w for w in lock if _cached(cache, w) is None]
     binaries = [w for w in missing if w.source == "pypi"]
     sdists = [w for w in missing if w.source == "sdist"]
@@ -298,19 +305,21 @@ def collect_wheels(dest: Path, *, cache: Optional[Path] = None, wheel_dir: Optio
     the cache, fetched on a miss.
     """
     dest.mkdir(parents=True, exist_ok=True)
-    if wheel_dir is not None:
-        sources = sorted(Path(wheel_dir).glob("*.whl"))
-        if not sources:
-            raise WheelError(f"--wheel-dir {wheel_dir} holds no .whl files", "pass a folder of wheels or use --no-wheels")
-    else:
-        lock = load_lock(lock_path)
-        cache = cache or default_cache_dir()
-        fetch_into_cache(lock, cache, on_event)
-        sources = [_cached(cache, w) for w in lock]
-    names = []
-    for src in sources:
-        shutil.copyfile(src, dest / src.name)
-        names.append(src.name)
+    with contextlib.ExitStack() as using:
+        if wheel_dir is not None:
+            sources = sorted(Path(wheel_dir).glob("*.whl"))
+            if not sources:
+                raise WheelError(f"--wheel-dir {wheel_dir} holds no .whl files", "pass a folder of wheels or use --no-wheels")
+        else:
+            lock = load_lock(lock_path)
+            cache = make_cache_dir(cache or default_cache_dir(), "wheel cache")
+            using.enter_context(cachelock.shared(cache))  # `soarpack cache clear` refuses until the copy is done
+            fetch_into_cache(lock, cache, on_event)
+            sources = [_cached(cache, w) for w in lock]
+        names = []
+        for src in sources:
+            shutil.copyfile(src, dest / src.name)
+            names.append(src.name)
     return sorted(names)
 
 

@@ -126,7 +126,7 @@ def subcommand(typer_app: typer.Typer, *args, **kwargs):
 
 def _register_all() -> None:
     # Each module adds its commands to `app`; imports stay inside the commands so `--help` is fast.
-    from soarpack.cli import bench, bundle, diagnose, kernels, quant, sala, serve  # noqa: F401
+    from soarpack.cli import bench, bundle, cache, diagnose, env, fakeserver, kernels, quant, sala, serve  # noqa: F401
 
     # `soarpack --help` lists the commands in the order a user meets them (groups follow: sglang, wheels).
     rank = {name: i for i, name in enumerate(WORKFLOW)}
@@ -134,7 +134,7 @@ def _register_all() -> None:
 
 
 WORKFLOW = ("tiny-model", "calib", "quantize", "verify", "serve-check", "recipes", "profiles", "args", "build", "inspect", "check",
-            "eval", "bench", "speedset", "score", "compare", "rehearse-server", "diagnose")
+            "eval", "bench", "speedset", "score", "compare", "rehearse-server", "diagnose", "fake-server", "env")
 
 
 _register_all()

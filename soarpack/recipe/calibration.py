@@ -12,7 +12,7 @@ from soarpack.schema import StrictModel
 
 
 class CalibrationSettings(StrictModel):
-    rows: int = Field(256, ge=1)  # SALA.md §5: at least 256
+    rows: int = Field(256, ge=1)  # at least 256, as peers advise (docs/evidence.md#calibration; docs/recipes.md)
     max_len: int = Field(2048, ge=8)  # tokens per row, left-truncated; must stay under the model's dense_len
     seed: int = Field(0, ge=0)
     batch: int = Field(4, ge=1)  # rows per forward; sorted by length so padding is small

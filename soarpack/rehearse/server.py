@@ -4,7 +4,7 @@ Starts `python -m sglang.launch_server` on the checkpoint the way the platform d
 be healthy, evaluates a stratified slice of the public set, runs a short bench, stops the server (its log is kept)
 and scores: the expected accuracy gate C with its margin to the full-credit line.
 
-Tested here against a stand-in `sglang` package only (tests/fake_sglang_server.py behind `sglang.launch_server`);
+Tested here against a stand-in `sglang` package only (soarpack/serve/fake_server.py behind `sglang.launch_server`);
 nobody here has run it against the real server.
 """
 

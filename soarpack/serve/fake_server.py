@@ -1,4 +1,6 @@
-"""A scripted SGLang stand-in: a real HTTP/1.1 server on 127.0.0.1 (stdlib, one thread per connection).
+"""A stand-in for an SGLang server: a real HTTP/1.1 server on 127.0.0.1 (stdlib, one thread per connection) that
+answers in SGLang's and OpenAI's formats with made-up text. Its answers and its speed mean nothing; it lets eval,
+bench and compare be tried without a GPU (`soarpack fake-server`), and it is what the tests run them against.
 
 It speaks the endpoints the platform's eval and bench use: `GET /v1/models`, `POST /v1/chat/completions`,
 streaming `POST /generate` (SGLang's `data: {json}` lines, cumulative `text`, `meta_info.completion_tokens`,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -294,26 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
                 fake.leave("generate")
 
 
-def make_tiny_tokenizer(out_dir, text: str = "", eos_ids=(2,)) -> str:
-    """A word-level HF tokenizer dir (tokenizer.json + tokenizer_config.json + generation_config.json) that
-    AutoTokenizer loads: ids 0 <unk>, 1 <s>, 2 </s>, 3 <|im_end|>, then every distinct word of `text` and of
-    the built-in speed-set prose."""
-    import os
-
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from soarpack.bench.speedset import BUILTIN_TEXT
-
-    specials = ["<unk>", "<s>", "</s>", "<|im_end|>"]
-    words = sorted(set((text + " " + BUILTIN_TEXT).split()) | {"tok"})
-    vocab = {tok: i for i, tok in enumerate(specials + words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   additional_special_tokens=["<|im_end|>"])
-    os.makedirs(out_dir, exist_ok=True)
-    fast.save_pretrained(out_dir)
-    with open(os.path.join(out_dir, "generation_config.json"), "w") as fh:
-        json.dump({"bos_token_id": 1, "eos_token_id": list(eos_ids)}, fh)
-    return str(out_dir)
+def made_up_reply(question: str) -> ChatReply:
+    """`soarpack fake-server`'s answer: a choice letter in the platform's answer format, made up from the question
+    (the same question gets the same letter); right about a quarter of the time on multiple choice, never else."""
+    letter = "ABCD"[zlib.crc32(question.encode("utf-8")) % 4]
+    return ChatReply(f"<think>made up by soarpack fake-server</think>ANSWER: {letter}")

@@ -1,0 +1,110 @@
+"""`soarpack cache list|clear`: what is under soarpack's cache, with sizes, and clearing it (soarpack.cache)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+import typer
+
+from soarpack.cli import app, subcommand, sub_app
+from soarpack.cli.output import sink
+
+cache_app = sub_app("""See and clear what soarpack keeps under its cache folder.
+
+The folder is $SOARPACK_CACHE, else $XDG_CACHE_HOME/soarpack, else
+~/.cache/soarpack: the image stand-in (about 7 GB), the platform wheels,
+gpu-serve extras.
+
+Example:
+
+\b
+  soarpack cache list
+  soarpack cache clear stale --yes
+""")
+app.add_typer(cache_app, name="cache")
+
+
+def _root_line() -> str:
+    from soarpack.imagestack import cache_root
+
+    how = "$SOARPACK_CACHE" if os.environ.get("SOARPACK_CACHE") else \
+        "$XDG_CACHE_HOME/soarpack" if os.environ.get("XDG_CACHE_HOME") else "the default, ~/.cache/soarpack"
+    return f"cache: {cache_root()} ({how})"
+
+
+def _rows(entries) -> List[str]:
+    from soarpack.cache import human
+
+    return [f"  {human(e.bytes):>9}  {e.name}" + (f"  [{e.note}]" if e.note else "") + f"  {e.what}"
+            + "".join(f"\n             held by {h}" for h in e.holders) for e in entries]
+
+
+@subcommand(cache_app, "list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON.")) -> None:
+    """Every entry under the cache with its size on disk, and whether a running build or check holds it.
+
+    Example:
+
+    \b
+      soarpack cache list
+      soarpack --format json cache list
+    """
+    from soarpack.cache import entries, free_bytes, human
+    from soarpack.imagestack import cache_root
+
+    out = sink(as_json)
+    found = entries()
+    total, free = sum(e.bytes for e in found), free_bytes()
+    lines = [_root_line(), *(_rows(found) or ["  (empty)"]), f"  {human(total):>9}  in all; {human(free)} free there"]
+    out.result({"root": str(cache_root()), "entries": [e.to_dict() for e in found], "total_bytes": total,
+                "free_bytes": free}, "\n".join(lines))
+
+
+@subcommand(cache_app, "clear")
+def clear_cmd(
+    what: Optional[List[str]] = typer.Argument(None, metavar="[WHAT]...", show_default=False,
+                                               help="all (the default), stale, a group (image-stack, wheels, "
+                                                    "gpu-serve) or an entry as cache list names it."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was (or would be) deleted as JSON."),
+) -> None:
+    """Delete entries of the cache; they are made again when needed.
+
+    Without --yes it lists what it would delete and asks on a terminal;
+    elsewhere (a script, CI, --format json) it deletes nothing and says so:
+    the image stand-in takes minutes and about 4 GB of downloads to rebuild.
+    It refuses, deleting nothing, while a running build or check uses an
+    entry, and names the process.
+
+    \b
+      stale  image stand-ins this soarpack no longer uses (older pins), and
+             the leftovers of an interrupted clear
+
+    Example:
+
+    \b
+      soarpack cache clear stale
+      soarpack cache clear image-stack --yes
+    """
+    from soarpack.cache import clear, entries, human, select
+
+    out = sink(as_json)
+    chosen = select(entries(), what or [])
+    total = sum(e.bytes for e in chosen)
+    data = {"entries": [e.to_dict() for e in chosen], "bytes": total}
+    if not chosen:
+        return out.result({**data, "deleted": False, "dry_run": False}, "nothing to clear")
+    listing = "\n".join([_root_line(), *_rows(chosen), f"  {human(total):>9}  in all"])
+    if not yes:
+        if out.json or not sys.stdin.isatty():
+            return out.result({**data, "deleted": False, "dry_run": True},
+                              f"{listing}\nnothing deleted (a dry run): add --yes to delete these")
+        typer.echo(listing)
+        if not typer.confirm(f"delete these {len(chosen)} ({human(total)})?", default=False, err=True):
+            return out.result({**data, "deleted": False, "dry_run": False}, "nothing deleted")
+        listing = None
+    clear(chosen)
+    done = f"deleted {len(chosen)} cache entr{'y' if len(chosen) == 1 else 'ies'}, {human(total)} freed"
+    out.result({**data, "deleted": True, "dry_run": False}, done if listing is None else f"{listing}\n{done}")
