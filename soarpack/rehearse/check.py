@@ -37,7 +37,7 @@ REHEARSAL_QUANTIZE = "--rows 16 --max-len 128 --device cpu --no-report"
 IMAGE_STACK, DEV_STACK = "image stack", "development stack"
 STATIC_CHECKS = ("structure", "credentials", "scripts syntax", "args lint")
 
-__all__ = ["FAIL", "PASS", "SKIP", "CheckReport", "STEPS", "check_bundle", "verdict"]
+__all__ = ["FAIL", "PASS", "SKIP", "CheckReport", "STEPS", "check_bundle", "require_bundle_file", "verdict"]
 
 
 @dataclass
@@ -481,7 +481,9 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
                  dev_stack: bool = False, risks: Optional[List[Risk]] = None, accept_risk: Sequence[str] = (),
                  strict: bool = False, on_event: EventCallback = no_events) -> CheckReport:
     """Run every step of STEPS; each passes, fails or is skipped with its reason. `risks` go beside the steps into
-    the verdict and the gate. A failed rehearsal in a temp folder keeps its logs in `report.logs_dir`."""
+    the verdict and the gate. A failed rehearsal in a temp folder keeps its logs in `report.logs_dir`.
+    A `bundle` that is missing, a directory or not gzip content is bad input (SoarpackError), not a verdict."""
+    require_bundle_file(bundle)
     if sglang_src is not None:
         from soarpack.serve.patches import resolve_src
 
@@ -518,6 +520,27 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
     finally:
         if tmp_obj is not None and not keep:
             tmp_obj.cleanup()
+
+
+def require_bundle_file(bundle: os.PathLike) -> None:
+    """Refuse, as bad input, a BUNDLE that cannot be a bundle at all: a missing path, a directory, a file that is
+    not gzip (the platform runs `tar xzf` on the upload). A gzip file that does not extract is the bundle's
+    fault: the extract step fails it."""
+    from soarpack.bundle.tarpack import require_gzip
+    from soarpack.errors import InputDataError
+
+    path = Path(bundle)
+    if not path.exists():
+        raise InputDataError(f"bundle {path} does not exist",
+                             "pass the .tar.gz that `soarpack build` wrote (it prints its path)")
+    if path.is_dir():
+        raise InputDataError(f"bundle {path} is a directory",
+                             "pass the .tar.gz itself, or run `soarpack check` in that folder: it takes the newest "
+                             "soarpack-*.tar.gz there")
+    try:
+        require_gzip(path)
+    except OSError as exc:
+        raise InputDataError(f"bundle {path} cannot be read ({exc.strerror or exc})", "check the path") from None
 
 
 def _keep_logs(ctx: Check, report: CheckReport) -> Path:
