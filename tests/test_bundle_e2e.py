@@ -98,6 +98,17 @@ def test_quantized_checkpoint_and_logs(checked):
     assert "phase quantize: ok" in log and "phase verify: ok" in log and "exit 0" in log
 
 
+def test_the_rehearsal_names_the_library_warnings_in_quantize_log_not_their_lines(checked):
+    """Issue 27 item 3: the step says how many library warnings the tiny quantize wrote, and to which log."""
+    report, rehearsal = checked
+    step = report["prepare_model.sh"]
+    quantize_log = rehearsal / "bundle" / "logs" / "quantize.log"
+    assert step.data["library_log"] == str(quantize_log) and step.data["library_warnings"] > 0
+    n = step.data["library_warnings"]
+    assert step.detail.endswith(f"; {n} library warning{'s' if n != 1 else ''} in the bundle's logs/quantize.log")
+    assert "Failed to load" in quantize_log.read_text(errors="replace") or "W1201" in quantize_log.read_text(errors="replace")
+
+
 def test_sourcing_again_is_idempotent(checked, bundle):
     report, rehearsal = checked
     root = rehearsal / "bundle"

@@ -46,6 +46,15 @@ class Captured:
         return f"{self.warnings} library warning{'s' if self.warnings != 1 else ''}: {self.log_file}"
 
 
+COUNT_LINE = re.compile(r"^(\d+) library warnings?: (.+)$", re.M)  # what Captured.line() writes
+
+
+def count_said(output: str) -> "tuple[int, str] | None":
+    """(N, LOG) from the last `N library warnings: LOG` line a run printed (a subprocess's stdout), else None."""
+    found = COUNT_LINE.findall(output)
+    return (int(found[-1][0]), found[-1][1].strip()) if found else None
+
+
 def _count_from(log_file: Path, offset: int) -> int:
     if not log_file.is_file():  # os.devnull: nothing kept, nothing to count
         return 0

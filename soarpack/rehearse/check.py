@@ -361,8 +361,15 @@ def prepare_model(c: Check) -> Done:
     if not (quantized / "config.json").is_file():
         raise StepFailed(f"exit 0 but {quantized} holds no config.json", versions=c.overlay_versions)
     recipe = c.manifest["quantize"]["recipe"]
-    return Done(f"quantized the tiny model with recipe {recipe} ({c.quantize_args})",
-                {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}, c.overlay_versions)
+    from soarpack.quant.capture import count_said
+
+    data = {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}
+    detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
+    said = count_said(proc.stdout)
+    if said:  # the libraries' warnings went to quantize's log: the count and where, not the lines
+        data.update(library_warnings=said[0], library_log=said[1])
+        detail += f"; {said[0]} library warning{'s' if said[0] != 1 else ''} in the bundle's logs/{Path(said[1]).name}"
+    return Done(detail, data, c.overlay_versions)
 
 
 @step("verify", needs=["prepare_model.sh"], gates=True)
