@@ -116,3 +116,23 @@ def test_a_cli_quantize_in_a_subprocess_counts_the_library_warnings_and_keeps_th
     assert not ALARMING["GPTQModel's GIL warning"].search(text)
     n = len(_warning_lines(log))
     assert n >= 4 and f"{n} library warnings: {log}" in proc.stdout.splitlines(), proc.stdout
+
+
+def test_install_ends_with_the_versions_and_the_count_not_the_libraries_lines(tmp_path):
+    """scripts/install.sh's last step (scripts/import_check.py): the import-time lines go to its log."""
+    root = Path(__file__).resolve().parents[1]
+    log = tmp_path / "import-check.log"
+    env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("GPTQMODEL_DISABLE_GIL_WARNING", None)
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "import_check.py"), str(log)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("soarpack ") and " gptqmodel 7.6.0" in lines[0], lines
+    n = len(_warning_lines(log))
+    assert n >= 4 and lines[1] == f"{n} library warnings: {log}"
+    text = log.read_text(errors="replace")
+    assert ALARMING["GPTQModel's import banner"].search(text) and ALARMING["torch's pytree W lines (glog format)"].search(text)
+    assert "install.sh" in (root / "scripts" / "import_check.py").read_text()
+    assert "scripts/import_check.py" in (root / "scripts" / "install.sh").read_text()
