@@ -42,11 +42,11 @@ def test_verify_original_that_does_not_exist_is_bad_input(tmp_path):
     (["inspect", "{tmp}/nosuch.tar.gz"], "does not exist"),
     (["inspect", "--steps", "{tmp}/nosuch.tar.gz"], "does not exist"),
     (["diagnose", "{tmp}/nosuch.log"], "does not exist"),
-    (["verify", "{tmp}/nosuch"], "is not a directory"),
+    pytest.param(["verify", "{tmp}/nosuch"], "is not a directory", marks=pytest.mark.needs_torch),
     (["compare", "{tmp}/nosuch.json"], "does not exist"),
-    (["kernels", "{tmp}/nosuch"], "does not exist"),
-    (["quantize", "{tmp}/nosuch", "{tmp}/out"], "does not exist"),
-    (["serve-check", "{tmp}/nosuch", "--sglang-src", "{tmp}/nosuch"], "nosuch"),
+    pytest.param(["kernels", "{tmp}/nosuch"], "does not exist", marks=pytest.mark.needs_torch),
+    pytest.param(["quantize", "{tmp}/nosuch", "{tmp}/out"], "does not exist", marks=pytest.mark.needs_torch),
+    pytest.param(["serve-check", "{tmp}/nosuch", "--sglang-src", "{tmp}/nosuch"], "nosuch", marks=pytest.mark.needs_torch),
 ])
 def test_every_command_refuses_a_missing_path_as_bad_input(tmp_path, args, said):
     _one_error(runner.invoke(app, [a.format(tmp=tmp_path) for a in args]), said)
