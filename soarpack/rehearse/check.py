@@ -294,6 +294,8 @@ def bundled_wheels(c: Check) -> Done:
     c.report.installer = dict(c.report.installer or {}, ran=ran)
     if c.no_install:
         detail = f"{len(c.wheel_names)} cp310 wheels not installable on this Python: see the next step"
+    elif ran is None:  # prepare_env.sh logged no install (a marker from an earlier sourcing, say)
+        detail = f"{len(c.wheel_names)} wheels in the overlay venv, no install logged ({c.installer.why})"
     else:
         detail = f"{len(c.wheel_names)} wheels installed offline (--no-index) into the overlay venv with {ran} "
         detail += f"({c.installer.why})" if ran == c.installer.name else f"(although {c.installer.why})"
