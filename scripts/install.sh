@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q "torch==2.13.0" -e ".[quant,dev]"
-.venv/bin/python -c "import torch, gptqmodel, soarpack; print('soarpack', soarpack.__version__, 'torch', torch.__version__, 'gptqmodel', gptqmodel.__version__)"
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${PIP[@]}" "torch==2.13.0"
+"${PIP[@]}" "torch==2.13.0" -e ".[quant,dev]"  # dev: pytest and uv, the platform's installer, which check uses
+# The versions, and the libraries' import-time warnings and banner counted into a log instead of shown.
+.venv/bin/python scripts/import_check.py .venv/import-check.log

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from soarpack.bundle.build import build_bundle
 from soarpack.rehearse.check import FAIL, PASS, SKIP, STEPS, check_bundle
+from soarpack.rehearse.installer import find_installer
 from soarpack.rehearse.probes import source_prepare_env
 from soarpack.bundle.tarpack import pack_tree, safe_extract
 from soarpack.bundle.wheels import collect_wheels, default_cache_dir, load_lock, make_pure_wheel
@@ -95,6 +96,17 @@ def test_quantized_checkpoint_and_logs(checked):
     assert config["quantization_config"]["bits"] == 4
     log = (rehearsal / "bundle" / "logs" / "prepare_model.log").read_text()
     assert "phase quantize: ok" in log and "phase verify: ok" in log and "exit 0" in log
+
+
+def test_the_rehearsal_names_the_library_warnings_in_quantize_log_not_their_lines(checked):
+    """Issue 27 item 3: the step says how many library warnings the tiny quantize wrote, and to which log."""
+    report, rehearsal = checked
+    step = report["prepare_model.sh"]
+    quantize_log = rehearsal / "bundle" / "logs" / "quantize.log"
+    assert step.data["library_log"] == str(quantize_log) and step.data["library_warnings"] > 0
+    n = step.data["library_warnings"]
+    assert step.detail.endswith(f"; {n} library warning{'s' if n != 1 else ''} in the bundle's logs/quantize.log")
+    assert "Failed to load" in quantize_log.read_text(errors="replace") or "W1201" in quantize_log.read_text(errors="replace")
 
 
 def test_sourcing_again_is_idempotent(checked, bundle):
@@ -300,11 +312,35 @@ def test_oversize_bundle_fails_check_before_extraction(bundle, monkeypatch):
     assert all(s.status == SKIP and s.data["cause"] == "size" for s in report.steps[1:])
 
 
-@pytest.mark.skipif(__import__("shutil").which("uv") is None, reason="uv is not on PATH (the platform's installer; pip is used otherwise)")
-def test_rehearsal_with_uv_like_the_platform(work, bundle):
-    rehearsal = work / "uv-rehearsal"
-    report = check_bundle(bundle, work_dir=rehearsal, keep=True, dev_stack=True)
-    assert report.ok, [(s.name, s.detail) for s in report.steps if s.status == FAIL]
-    assert _status(report)["bundled wheels"] == PASS
+@pytest.mark.skipif(find_installer().uv is None,
+                    reason="no uv beside this Python or on PATH (the platform's installer; `pip install uv`)")
+def test_rehearsal_with_uv_like_the_platform(checked):
+    """Issue 27 item 2: the venv's uv (beside sys.executable, not on PATH: the quick start does not activate the
+    venv) is what the rehearsal installs with, and the step line and the JSON say so, and why."""
+    report, rehearsal = checked
+    found = find_installer()
     log = (rehearsal / "bundle" / "logs" / "prepare_env.log").read_text()
     assert "run: uv venv --system-site-packages" in log and "run: uv pip install" in log and "--offline --no-index" in log
+    assert report.installer == {"name": "uv pip", "uv": found.uv, "why": found.why, "ran": "uv pip"}
+    assert report.to_dict()["installer"]["ran"] == "uv pip"
+    wheels = report["bundled wheels"]
+    assert f"into the overlay venv with uv pip ({found.why})" in wheels.detail
+    assert wheels.data["installer"] == "uv pip" and f"installer uv pip ({found.why})" in report["image stand-in"].detail
+
+
+def test_rehearsal_without_uv_installs_with_pip_and_says_why(work, bundle, monkeypatch):
+    from soarpack.rehearse import installer
+
+    no_uv = installer.Installer(installer.PIP, None, "no uv beside soarpack's Python (X) or on PATH")
+    monkeypatch.setattr(installer, "find_installer", lambda: no_uv)
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "uv").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    rehearsal = work / "pip-rehearsal"
+    report = check_bundle(bundle, work_dir=rehearsal, keep=True, dev_stack=True)
+    assert report.ok, [(s.name, s.detail) for s in report.steps if s.status == FAIL]
+    log = (rehearsal / "bundle" / "logs" / "prepare_env.log").read_text()
+    assert "run: uv " not in log and "-m pip install" in log
+    assert report.installer["name"] == report.installer["ran"] == "pip"
+    assert f"with pip ({no_uv.why})" in report["bundled wheels"].detail
+
+

@@ -101,9 +101,10 @@ def test_a_tar_that_is_not_gzip_is_refused_whatever_its_name(bundle, tmp_path, m
     assert kind in exc.value.message and "tar xzf" in exc.value.message
     assert not (tmp_path / "x").exists()
     assert_one_error_line(run_cli("inspect", fake), "not gzip")
+    # check refuses it as bad input too (issue 27 item 4), before any step: no verdict for what is no bundle
     check = run_cli("check", fake, "--no-rehearse")
-    assert check.exit_code == 1 and "Traceback" not in check.output
-    assert "FAILextract" in flat(check) and "notgzip" in flat(check)
+    assert_one_error_line(check, "not gzip", kind, "tar xzf")
+    assert "uploadable" not in check.output
 
 
 def test_gzip_content_is_a_bundle_whatever_its_name(bundle, tmp_path):

@@ -18,14 +18,47 @@ from soarpack.steps import FAIL, PASS, SKIP, Done, Risk, StepFailed, StepResult,
 runner = CliRunner()
 
 
-def test_a_missing_bundle_fails_size_and_every_other_step_says_so(tmp_path):
-    report = C.check_bundle(tmp_path / "nope.tar.gz")
+def _not_a_tar(tmp_path) -> Path:
+    """gzip content that is no tar: a bundle that passes size and fails extract."""
+    import gzip
+
+    path = tmp_path / "broken.tar.gz"
+    path.write_bytes(gzip.compress(b"not a tar archive\n" * 64))
+    return path
+
+
+def test_a_bundle_that_does_not_extract_fails_extract_and_every_later_step_says_so(tmp_path):
+    report = C.check_bundle(_not_a_tar(tmp_path))
     assert [s.name for s in report.steps] == [s.name for s in C.STEPS]
-    assert report["size"].status == FAIL
-    assert all(s.status == SKIP and s.data["cause"] == "size" for s in report.steps[1:])
-    assert report["extract"].detail == "needs size, which failed"
-    assert report["verify"].detail == "needs prepare_model.sh; size failed"
+    assert report["size"].status == PASS and report["extract"].status == FAIL
+    assert all(s.status == SKIP and s.data["cause"] == "extract" for s in report.steps[2:])
+    assert report["structure"].detail == "needs extract, which failed"
+    assert report["verify"].detail == "needs prepare_model.sh; extract failed"
     assert report.logs_dir is None  # nothing ran that logs
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not gzip", "empty"])
+def test_a_bundle_path_that_is_no_bundle_is_bad_input_not_a_verdict(tmp_path, kind):
+    """Issue 27 item 4: `check nosuch.tar.gz` is one error line with the fix and exit 2, as everywhere else."""
+    from soarpack.errors import SoarpackError
+
+    path = {"missing": tmp_path / "nosuch.tar.gz", "directory": tmp_path}.get(kind, tmp_path / "b.tar.gz")
+    if kind == "not gzip":
+        path.write_text("hello\n")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    said = {"missing": "does not exist", "directory": "is a directory", "not gzip": "not gzip",
+            "empty": "an empty file"}[kind]
+    with pytest.raises(SoarpackError, match=said) as exc:
+        C.check_bundle(path)
+    assert exc.value.hint and exc.value.exit_code == 2
+    for args in ([], ["--json"], ["--no-rehearse"]):
+        res = runner.invoke(app, ["check", str(path), *args])
+        assert res.exit_code == 2, res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert lines[0].startswith("error: ") and said in " ".join(res.output.split()), res.output
+        assert "uploadable" not in res.output and "Traceback" not in res.output and "hint:" in res.output
 
 
 def test_the_upload_gate_is_declared_on_the_steps():
@@ -45,8 +78,8 @@ def test_adding_a_step_is_one_function_and_one_line(tmp_path, monkeypatch):
         return Done("not reached")
 
     monkeypatch.setattr(C, "STEPS", [*C.STEPS, served_tokens])
-    report = C.check_bundle(tmp_path / "nope.tar.gz")
-    assert report["served tokens"].status == SKIP and report["served tokens"].data == {"blocked_by": "verify", "cause": "size"}
+    report = C.check_bundle(_not_a_tar(tmp_path))
+    assert report["served tokens"].status == SKIP and report["served tokens"].data == {"blocked_by": "verify", "cause": "extract"}
 
 
 @pytest.fixture

@@ -150,7 +150,9 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
         typer.echo(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"], where_from(cal["sources"], cal["builtin"])))
     for note in result.notes:
         typer.echo(f"note: {printable(note)}")
-    typer.echo(f"report: {printable(out_dir / REPORT_FILE)}\nlog: {printable(log)}")
+    typer.echo(f"report: {printable(out_dir / REPORT_FILE)}")
+    n = result.library_warnings  # the libraries' warnings are in the log, not here; None: they went to the terminal
+    typer.echo(f"log: {printable(log)}" if n is None else f"{n} library warning{'s' if n != 1 else ''}: {printable(log)}")
 
 
 @command("verify")

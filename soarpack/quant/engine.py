@@ -106,6 +106,9 @@ def ensure_supported() -> None:
     """Import GPTQModel (a banner on stdout, seconds) and refuse a version or internals we do not support."""
     import importlib
 
+    # GPTQModel's own switch for its import-time "Python GIL is enabled" warning: multi-GPU MoE quantization and
+    # free-threaded packing concern no run of ours (one dense model, the platform's CPython 3.10).
+    os.environ.setdefault("GPTQMODEL_DISABLE_GIL_WARNING", "1")
     with _quiet_stdout(), _cpu_workers():
         try:
             import gptqmodel

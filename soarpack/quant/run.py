@@ -53,6 +53,9 @@ class QuantizeResult:
     settings: Dict[str, Any] = field(default_factory=dict)  # every option of the run, as given
     versions: Dict[str, str] = field(default_factory=dict)  # soarpack, python and the libraries that did the work
     notes: List[str] = field(default_factory=list)  # fallbacks taken (a JIT build, the GLA backend), rows short
+    # Warning lines the libraries wrote to the log while the run lasted (counted when it ends: not in the report
+    # file, which is written before); None when their output was not captured (library_output="terminal").
+    library_warnings: Optional[int] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -145,10 +148,11 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                 gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality,
                 gla=sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(opts),
                 versions=library_versions(), notes=list(log.notes))
-            atomic_write_json(tmp / REPORT_FILE, result.to_dict())
+            atomic_write_json(tmp / REPORT_FILE, {k: v for k, v in result.to_dict().items() if k != "library_warnings"})
         log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
                  + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
-        return result
+    result.library_warnings = log.library_warnings
+    return result
 
 
 # -- phases ------------------------------------------------------------------------------------------------------
@@ -387,6 +391,12 @@ class RunLog:
         self.notes: List[str] = []
         self._layer_t0 = time.perf_counter()
         self._stack = contextlib.ExitStack()
+        self.captured: Any = None  # soarpack.quant.capture.Captured while the libraries' output is captured
+
+    @property
+    def library_warnings(self) -> Optional[int]:
+        """Warning lines the libraries wrote to the log (final once the RunLog is closed); None: not captured."""
+        return None if self.captured is None or not self.log_file else self.captured.warnings
 
     def __enter__(self) -> "RunLog":
         from soarpack.quant.capture import library_output_to
@@ -394,7 +404,7 @@ class RunLog:
         if self.log_file:
             self.fh = self._stack.enter_context(open(self.log_file, "a", encoding="utf-8"))
         if self.capture:  # without a log file the libraries' output goes nowhere: a library call prints nothing
-            self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
+            self.captured = self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -64,6 +64,12 @@ def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *
     from soarpack.sala.config import SalaConfig
 
     ckpt = Path(ckpt_dir)
+    if original is not None and not Path(original).is_dir():
+        from soarpack.errors import CheckpointError
+
+        # a path that is not there is bad input (exit 2), not a problem of the checkpoint (exit 1)
+        raise CheckpointError(f"--original {original} {'is not a directory' if Path(original).exists() else 'does not exist'}",
+                              "pass the original (unquantized) checkpoint directory")
     rep = VerifyReport()
     add = lambda code, where, msg: rep.problems.append(Problem(code, where, msg))  # noqa: E731
 

@@ -4,7 +4,7 @@ Static steps: size, safe extraction, structure and manifest, credentials, wheel 
 Rehearsal in a temp dir, by default on a stand-in for the image's Python stack (the image's CPython with the fork's
 pins, soarpack.facts.image; see imagestack.py) that sees nothing of this machine's
 site-packages: source prepare_env.sh with it as the image's python (the bundle's own wheels go into the overlay
-offline, with uv when it is on PATH), `bash prepare_model.sh` on a tiny SALA model, `soarpack verify` on the result,
+offline, with uv when soarpack's venv or PATH has it: installer.py), `bash prepare_model.sh` on a tiny SALA model, `soarpack verify` on the result,
 the fork's own loader on it. `dev_stack=True` rehearses over this environment instead (fast, for tests): its report
 says so and is never "uploadable". What needs the real image or a GPU is skipped, with the reason.
 
@@ -37,7 +37,7 @@ REHEARSAL_QUANTIZE = "--rows 16 --max-len 128 --device cpu --no-report"
 IMAGE_STACK, DEV_STACK = "image stack", "development stack"
 STATIC_CHECKS = ("structure", "credentials", "scripts syntax", "args lint")
 
-__all__ = ["FAIL", "PASS", "SKIP", "CheckReport", "STEPS", "check_bundle", "verdict"]
+__all__ = ["FAIL", "PASS", "SKIP", "CheckReport", "STEPS", "check_bundle", "require_bundle_file", "verdict"]
 
 
 @dataclass
@@ -59,6 +59,7 @@ class Check:
     probe: Dict[str, str] = field(default_factory=dict)  # what sourcing prepare_env.sh left
     overlay_py: str = ""
     overlay_versions: Optional[Dict[str, str]] = None
+    installer: Optional[Any] = None  # soarpack.rehearse.installer.Installer given to prepare_env.sh
 
     @property
     def root(self) -> Path:
@@ -212,8 +213,14 @@ def image_standin(c: Check) -> Done:
     env = dict(os.environ) if c.dev_stack else clean_env()
     for key in ("SOARPACK_PYTHON", "SOARPACK_PLATFORM_SGLANG_SERVER_ARGS", "SOARPACK_SKIP_WHEELS", "SOARPACK_SKIP_SGLANG"):
         env.pop(key, None)
+    from soarpack.rehearse.installer import expose, find_installer
+
+    # uv as on the platform: the one beside soarpack's Python (a venv not activated: not on PATH) or on PATH.
+    c.installer = find_installer()
+    c.report.installer = c.installer.to_dict()
+    path = [str(image_py.parent), *expose(c.installer, c.work / "tools"), env.get("PATH", "")]
     env.update({"SOARPACK_IMAGE_PYTHON": str(image_py), "SGLANG_SERVER_ARGS": PLATFORM_DEFAULT_ARGS,
-                "PATH": f"{image_py.parent}{os.pathsep}{env.get('PATH', '')}", "VIRTUAL_ENV": str(image_py.parent.parent)})
+                "PATH": os.pathsep.join(path), "VIRTUAL_ENV": str(image_py.parent.parent)})
     if c.dev_stack and c.wheel_names:
         # On the development stack (Python 3.11) the platform's cp310 wheels cannot install into the overlay: they
         # go into a fresh CPython 3.10 venv instead, and quantization runs on this environment's packages.
@@ -234,8 +241,9 @@ def image_standin(c: Check) -> Done:
     else:
         env["SOARPACK_SKIP_SGLANG"] = "1"
     c.env = env
-    return Done(detail, {"stack": DEV_STACK if c.dev_stack else IMAGE_STACK, "python": str(image_py)},
-                probe_versions(image_py, env=env))
+    return Done(f"{detail}; installer {c.installer.name} ({c.installer.why})",
+                {"stack": DEV_STACK if c.dev_stack else IMAGE_STACK, "python": str(image_py),
+                 "installer": c.installer.to_dict()}, probe_versions(image_py, env=env))
 
 
 @step("prepare_env.sh", needs=["image stand-in"], gates=True)
@@ -280,10 +288,20 @@ def bundled_wheels(c: Check) -> Done:
             raise StepFailed("not installed in the overlay: " + ", ".join(missing[:5]), missing=missing,
                              versions=c.overlay_versions)
     probes.overlay_imports(c.overlay_py, c.env)
-    detail = (f"{len(c.wheel_names)} cp310 wheels not installable on this Python: see the next step" if c.no_install
-              else f"{len(c.wheel_names)} wheels installed offline (--no-index) into the overlay venv")
+    from soarpack.rehearse.installer import installer_that_ran
+
+    ran = installer_that_ran(c.probe.get("_stdout", ""))
+    c.report.installer = dict(c.report.installer or {}, ran=ran)
+    if c.no_install:
+        detail = f"{len(c.wheel_names)} cp310 wheels not installable on this Python: see the next step"
+    elif ran is None:  # prepare_env.sh logged no install (a marker from an earlier sourcing, say)
+        detail = f"{len(c.wheel_names)} wheels in the overlay venv, no install logged ({c.installer.why})"
+    else:
+        detail = f"{len(c.wheel_names)} wheels installed offline (--no-index) into the overlay venv with {ran} "
+        detail += f"({c.installer.why})" if ran == c.installer.name else f"(although {c.installer.why})"
     return Done(detail + "; it imports gptqmodel, transformers.modeling_utils and soarpack.quant",
-                {"wheels": len(c.wheel_names), "installed_into_overlay": not c.no_install}, c.overlay_versions)
+                {"wheels": len(c.wheel_names), "installed_into_overlay": not c.no_install, "installer": ran,
+                 "installer_why": c.installer.why}, c.overlay_versions)
 
 
 @step("wheels on CPython 3.10", needs=["prepare_env.sh"])
@@ -345,8 +363,15 @@ def prepare_model(c: Check) -> Done:
     if not (quantized / "config.json").is_file():
         raise StepFailed(f"exit 0 but {quantized} holds no config.json", versions=c.overlay_versions)
     recipe = c.manifest["quantize"]["recipe"]
-    return Done(f"quantized the tiny model with recipe {recipe} ({c.quantize_args})",
-                {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}, c.overlay_versions)
+    from soarpack.quant.capture import count_said
+
+    data = {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}
+    detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
+    said = count_said(proc.stdout)
+    if said:  # the libraries' warnings went to quantize's log: the count and where, not the lines
+        data.update(library_warnings=said[0], library_log=said[1])
+        detail += f"; {said[0]} library warning{'s' if said[0] != 1 else ''} in the bundle's logs/{Path(said[1]).name}"
+    return Done(detail, data, c.overlay_versions)
 
 
 @step("verify", needs=["prepare_model.sh"], gates=True)
@@ -418,6 +443,7 @@ class CheckReport(RunReport):
     logs_dir: Optional[str] = None  # where a failed rehearsal's logs were kept (what `soarpack diagnose` reads)
     accepted: List[str] = field(default_factory=list)  # --accept-risk: risks that no longer block
     strict: bool = False  # --strict: every risk not accepted blocks
+    installer: Optional[Dict[str, Any]] = None  # what the rehearsal gave prepare_env.sh (name, uv, why) and what ran
 
     def gate(self) -> Dict[str, List[str]]:
         gate = super().gate()
@@ -460,6 +486,7 @@ class CheckReport(RunReport):
                 "not_uploadable_because": self.not_uploadable_because, "verdict": self.verdict_line(),
                 "gate": self.gate(), "risks": [r.to_dict() for r in self.risks], "accepted_risks": self.accepted,
                 "logs_dir": self.logs_dir, "diagnose": diagnose_command(self.logs_dir), "versions": self.versions,
+                "installer": self.installer,
                 "steps": [s.to_dict() for s in self.steps]}
 
 
@@ -481,7 +508,9 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
                  dev_stack: bool = False, risks: Optional[List[Risk]] = None, accept_risk: Sequence[str] = (),
                  strict: bool = False, on_event: EventCallback = no_events) -> CheckReport:
     """Run every step of STEPS; each passes, fails or is skipped with its reason. `risks` go beside the steps into
-    the verdict and the gate. A failed rehearsal in a temp folder keeps its logs in `report.logs_dir`."""
+    the verdict and the gate. A failed rehearsal in a temp folder keeps its logs in `report.logs_dir`.
+    A `bundle` that is missing, a directory or not gzip content is bad input (SoarpackError), not a verdict."""
+    require_bundle_file(bundle)
     if sglang_src is not None:
         from soarpack.serve.patches import resolve_src
 
@@ -518,6 +547,27 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
     finally:
         if tmp_obj is not None and not keep:
             tmp_obj.cleanup()
+
+
+def require_bundle_file(bundle: os.PathLike) -> None:
+    """Refuse, as bad input, a BUNDLE that cannot be a bundle at all: a missing path, a directory, a file that is
+    not gzip (the platform runs `tar xzf` on the upload). A gzip file that does not extract is the bundle's
+    fault: the extract step fails it."""
+    from soarpack.bundle.tarpack import require_gzip
+    from soarpack.errors import InputDataError
+
+    path = Path(bundle)
+    if not path.exists():
+        raise InputDataError(f"bundle {path} does not exist",
+                             "pass the .tar.gz that `soarpack build` wrote (it prints its path)")
+    if path.is_dir():
+        raise InputDataError(f"bundle {path} is a directory",
+                             "pass the .tar.gz itself, or run `soarpack check` in that folder: it takes the newest "
+                             "soarpack-*.tar.gz there")
+    try:
+        require_gzip(path)
+    except OSError as exc:
+        raise InputDataError(f"bundle {path} cannot be read ({exc.strerror or exc})", "check the path") from None
 
 
 def _keep_logs(ctx: Check, report: CheckReport) -> Path:

@@ -269,7 +269,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
 
     ckpt = Path(ckpt).resolve()
     if not ckpt.is_dir():
-        raise CheckpointError(f"checkpoint {ckpt} is not a directory")
+        raise CheckpointError(f"checkpoint {ckpt} is not a directory", "pass the directory soarpack quantize wrote")
     raw = _read_config(ckpt)
     config = SalaConfig.from_dict(raw, source=str(ckpt / "config.json"))
     recipe = recipe_of(raw, recipe)
