@@ -179,7 +179,7 @@ class QuantizeProgress:
     def tick(self) -> None:
         """Off a terminal: a `still running` line when the phase in progress said nothing for a while."""
         position = self.position()
-        if position is not None and self.clock() - self.last_line >= PLAIN_SILENCE_MAX_S:
+        if self.plain and self.verbosity >= 1 and position is not None and self.clock() - self.last_line >= PLAIN_SILENCE_MAX_S:
             self.say(f"quantize: {position}: still running, {self.clock() - self.t0:.0f} s after the start")
 
     def _watch_silence(self) -> None:
