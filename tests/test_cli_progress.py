@@ -3,6 +3,8 @@ stderr is not a terminal (a log file, CI)."""
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 import soarpack.cli.bench as cli_bench
@@ -117,7 +119,7 @@ def test_quantize_quiet_prints_only_problems(capsys):
 # -- bench's Ctrl-C names only what it wrote ----------------------------------------------------------------------
 
 
-def _interrupted_bench(tmp_path, monkeypatch, finish_tiers: int):
+def _interrupted_bench(tmp_path, monkeypatch, finish_tiers: int, *flags: str):
     """A bench of s1 and s8 against the stand-in server, Ctrl-C'd after `finish_tiers` tiers finished."""
     import soarpack.bench.speed as speed
 
@@ -135,13 +137,14 @@ def _interrupted_bench(tmp_path, monkeypatch, finish_tiers: int):
     data.write_text("".join(json.dumps({"question": f"row {i} the river", "model_response": "tok tok tok"}) + "\n"
                             for i in range(3)))
     with FakeSGLang(generate=GenerateScript(ttft_s=0.0, token_delay_s=0.0)) as server:
-        return CliRunner().invoke(app, ["-q", "bench", "--api-base", server.url, "--s1", str(data), "--s8", str(data),
+        return CliRunner().invoke(app, [*flags, "bench", "--api-base", server.url, "--s1", str(data), "--s8", str(data),
                                         "--model-dir", str(tokenizer), "-o", str(tmp_path / "b.json"),
                                         "--settle", "0"])
 
 
-def test_bench_ctrl_c_before_any_tier_says_no_partial_was_written(tmp_path, monkeypatch):
-    result = _interrupted_bench(tmp_path, monkeypatch, finish_tiers=0)
+@pytest.mark.parametrize("flags", [[], ["-q"]], ids=["normal", "quiet"])
+def test_bench_ctrl_c_before_any_tier_says_no_partial_was_written(tmp_path, monkeypatch, flags):
+    result = _interrupted_bench(tmp_path, monkeypatch, 0, *flags)  # -q too: what is on disk is never hidden
     assert result.exit_code == 130, result.output
     assert not (tmp_path / "b.partial.json").exists()
     line = result.output.strip().splitlines()[-1]
