@@ -120,6 +120,7 @@ def test_off_a_terminal_quiet_says_nothing_but_the_result(tiny, tmp_path):
 
 STOP_IN_GPTQ = '''
 import sys, time
+from pathlib import Path
 import soarpack.quant.engine as engine
 
 real = engine.run_gptq
@@ -128,6 +129,8 @@ real = engine.run_gptq
 def run_gptq(sala, model_dir, rows, recipe, opts, on_layer=None):
     def on_first_layer_wait(i, n):  # the test's Ctrl-C comes here; at most 10 minutes, then the run goes on
         on_layer(i, n)
+        if i == 0:
+            Path(sys.argv[1]).write_text("held")
         t0 = time.monotonic()
         while i == 0 and time.monotonic() - t0 < 600:
             time.sleep(0.05)
@@ -136,42 +139,52 @@ def run_gptq(sala, model_dir, rows, recipe, opts, on_layer=None):
 
 engine.run_gptq = run_gptq
 from soarpack.cli import main
-main(sys.argv[1:])
+main(sys.argv[2:])
 '''
 
 
+def _wait_for(condition, proc, limit_s: float = 600) -> bool:
+    """Poll until `condition()` or the child ended: a generous bound for a loaded machine, not a timing check."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        if condition():
+            return True
+        if proc.poll() is not None:
+            return condition()
+        time.sleep(0.1)
+    return False
+
+
 def test_ctrl_c_in_gptq_says_where_it_stopped_and_that_nothing_was_written(tiny, tmp_path):
-    import queue
     import signal
     import threading
 
-    driver = tmp_path / "stop_in_gptq.py"
+    driver, held = tmp_path / "stop_in_gptq.py", tmp_path / "held"
     driver.write_text(STOP_IN_GPTQ)
     out = tmp_path / "q-mid"
     log = tmp_path / "q-mid.log"
     # SIGINT as a terminal's Ctrl-C delivers it, even when this test runs where SIGINT is ignored (nohup, `&`)
-    proc = subprocess.Popen([sys.executable, str(driver), "quantize", str(tiny), str(out), *ARGS],
+    proc = subprocess.Popen([sys.executable, str(driver), str(held), "quantize", str(tiny), str(out), *ARGS],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_child_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    lines: "queue.Queue" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
-    stdout = []
-    threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True).start()
-    seen = []
+    seen: list = []
+    readers = [threading.Thread(target=lambda: seen.extend(line.rstrip("\n") for line in proc.stderr), daemon=True),
+               threading.Thread(target=proc.stdout.read, daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        while not any(s.startswith("quantize: gptq layer 1/2 started") for s in seen):
-            seen.append(lines.get(timeout=600).rstrip("\n"))  # the line comes while the run is held in gptq
+        assert _wait_for(held.exists, proc), "the run never reached its first GPTQ layer:\n" + "\n".join(seen)
+        # the layer's line was said before the hold: it reaches the pipe while the run is still in gptq
+        said_while_held = _wait_for(lambda: any(s.startswith("quantize: gptq layer 1/2 started") for s in seen), proc, 60)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=600) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
-    while True:
-        try:
-            seen.append(lines.get(timeout=30).rstrip("\n"))
-        except queue.Empty:
-            break
+    for reader in readers:
+        reader.join(timeout=60)
     text = "\n".join(seen)
+    assert said_while_held, text
     assert "quantize: gptq interrupted after " in text and "quantize: gptq done" not in text, text
     assert "interrupted in gptq at layer 1/2, " in text and f"nothing was written to {out}" in text, text
     assert seen[-1] == f"log: {log}", text
