@@ -167,3 +167,24 @@ def test_bench_ctrl_c_does_not_pass_off_an_earlier_partial_as_this_runs(tmp_path
     assert result.exit_code == 130, result.output
     assert f"{partial} is an earlier run's, left as it was" in result.output
     assert json.loads(partial.read_text())["tiers"]["s1"]["num_requests"] == 9
+
+
+def test_quantize_progress_outlives_a_closed_pipe(monkeypatch):
+    """`soarpack quantize ... 2>&1 | head`: once the reader is gone, the run goes on without its lines."""
+    from soarpack.steps import Event
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr("sys.stderr", ClosedPipe())
+    progress = _quantize_progress(_Clock())
+    for event in (Event("start", "gptq"), Event("problem", "gptq", "a note"), Event("end", "gptq", seconds=1.0)):
+        progress.render(event)
+    progress.__exit__(None, None, None)

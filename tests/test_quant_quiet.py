@@ -106,7 +106,8 @@ def test_off_a_terminal_each_phase_is_a_line_and_json_stays_pure(tiny, tmp_path)
     said = [line for line in lines if line.startswith("quantize: ")]
     ends = [re.sub(r" done in [0-9.]+ s$", " done", s) for s in said if s.endswith(" ...") or " done in " in s]
     assert ends == [f"quantize: {p} {e}" for p in PHASES for e in ("...", "done")], said  # in the run's order
-    gptq = said[said.index("quantize: gptq ..."):said.index(next(s for s in said if s.startswith("quantize: gptq done")))]
+    gptq_done = next(s for s in said if s.startswith("quantize: gptq done"))
+    gptq = said[said.index("quantize: gptq ..."):said.index(gptq_done)]
     assert any(s.startswith("quantize: gptq layer 1/2 started after ") for s in gptq), said
 
 
@@ -175,7 +176,8 @@ def test_ctrl_c_in_gptq_says_where_it_stopped_and_that_nothing_was_written(tiny,
     try:
         assert _wait_for(held.exists, proc), "the run never reached its first GPTQ layer:\n" + "\n".join(seen)
         # the layer's line was said before the hold: it reaches the pipe while the run is still in gptq
-        said_while_held = _wait_for(lambda: any(s.startswith("quantize: gptq layer 1/2 started") for s in seen), proc, 60)
+        layer_line = lambda: any(s.startswith("quantize: gptq layer 1/2 started") for s in seen)  # noqa: E731
+        said_while_held = _wait_for(layer_line, proc, 60)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=600) == 130
     finally:

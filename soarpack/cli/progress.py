@@ -15,6 +15,7 @@ and exit code 130.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -48,7 +49,7 @@ class QuantizeProgress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.verbosity, self.out_dir, self.log, self.clock = verbosity, out_dir, log, clock
         self.stream = terminal_stderr()
-        self.console = Console(file=self.stream)
+        self.console = _ProgressConsole(file=self.stream)
         self.plain = not self.console.is_terminal
         self.bar: Optional[Progress] = None
         self.task: Any = None
@@ -91,17 +92,26 @@ class QuantizeProgress:
             elif exc is not None and self.log and self.log.is_file():
                 self.say(f"log: {self.log}")  # a run refused before it started its work keeps no log
         finally:
-            self.console.file.flush()
-            if self.stream is not sys.stderr:
-                self.stream.close()
+            with contextlib.suppress(OSError):
+                self.console.file.flush()
+                if self.stream is not sys.stderr:
+                    self.stream.close()
         if isinstance(exc, KeyboardInterrupt):
             import typer
 
             raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
 
     def say(self, line: str) -> None:
+        self._print(printable(line), markup=False)
+
+    def _print(self, renderable: Any, **kw: Any) -> None:
+        """Print under the lock; a closed pipe (the reader of a `| tee` or `| head` went away) must not stop the
+        run it reports on: what cannot be shown is dropped."""
         with self._lock:
-            self.console.print(printable(line), highlight=False, markup=False, soft_wrap=True)
+            try:
+                self.console.print(renderable, highlight=False, soft_wrap=True, **kw)
+            except OSError:  # rich hands a broken pipe to on_broken_pipe; any other failed write lands here
+                pass
             self.last_line = self.clock()
 
     def position(self) -> Optional[str]:
@@ -130,10 +140,8 @@ class QuantizeProgress:
 
     def render(self, event: Any) -> None:
         if event.kind == "problem":
-            with self._lock:
-                self.console.print(Text.assemble(("note: " if event.phase != "verify" else "problem: ", "yellow"),
-                                                 printable(event.message)), highlight=False, soft_wrap=True)
-                self.last_line = self.clock()
+            self._print(Text.assemble(("note: " if event.phase != "verify" else "problem: ", "yellow"),
+                                      printable(event.message)))
             return
         if event.kind == "start":
             self.phase, self.layer, self._started = event.phase, None, True
@@ -151,9 +159,8 @@ class QuantizeProgress:
             self._plain_line(event)
         elif self.verbosity >= 2:
             if event.kind == "end":
-                state = f" {event.message}" if event.message else ""
-                with self._lock:
-                    self.console.print(f"[bold]{event.phase}[/]{state} {event.seconds:.1f}s", highlight=False)
+                state = f" {event.message} after" if event.message else ""  # `gptq interrupted after 26.0s`
+                self._print(f"[bold]{event.phase}[/]{state} {event.seconds:.1f}s")
             elif event.kind in ("info", "progress"):
                 self.say(event.message)
         if event.kind == "end" and not event.message:
@@ -179,12 +186,20 @@ class QuantizeProgress:
     def tick(self) -> None:
         """Off a terminal: a `still running` line when the phase in progress said nothing for a while."""
         position = self.position()
-        if self.plain and self.verbosity >= 1 and position is not None and self.clock() - self.last_line >= PLAIN_SILENCE_MAX_S:
+        if not (self.plain and self.verbosity >= 1) or position is None:
+            return
+        if self.clock() - self.last_line >= PLAIN_SILENCE_MAX_S:
             self.say(f"quantize: {position}: still running, {self.clock() - self.t0:.0f} s after the start")
 
     def _watch_silence(self) -> None:
         while not self._stop.wait(1.0):
             self.tick()
+
+
+class _ProgressConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """rich exits the process here; a quantize whose reader went away (`| head`, a dead tee) goes on unseen."""
+        self.quiet = True
 
 
 def _identity(path: Optional[Path]) -> Optional[tuple]:

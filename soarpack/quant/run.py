@@ -423,7 +423,8 @@ class RunLog:
         exc = self._exc
         if exc is None or (self._in_setup and self._created):
             return
-        where = f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished else "at the start"
+        where = (f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished
+                 else "at the start")
         if self.current == "gptq" and self.layer_at:
             where += f" at layer {self.layer_at[0] + 1}/{self.layer_at[1]}"
         how = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed"
