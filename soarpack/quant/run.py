@@ -429,7 +429,8 @@ class RunLog:
             where += f" at layer {self.layer_at[0] + 1}/{self.layer_at[1]}"
         how = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed"
         cause = "" if isinstance(exc, KeyboardInterrupt) else f": {ended_by(exc)}"
-        self._write(f"run {how} {where}, {time.perf_counter() - self._t0:.1f}s after it started{cause}")
+        with contextlib.suppress(OSError):  # a full disk: the run's own error is the one to show
+            self._write(f"run {how} {where}, {time.perf_counter() - self._t0:.1f}s after it started{cause}")
 
     def _write(self, text: str) -> None:
         """One line of ours, on a line of its own even when a library left a bar unfinished in the file."""
