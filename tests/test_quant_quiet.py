@@ -120,9 +120,12 @@ def test_off_a_terminal_quiet_says_nothing_but_the_result(tiny, tmp_path):
 
 
 STOP_IN_GPTQ = '''
-import sys, time
+import signal, sys, time
 from pathlib import Path
 import soarpack.quant.engine as engine
+
+# Ctrl-C as a terminal delivers it, even where this test runs with SIGINT ignored (nohup, `&`): Python's own default
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 real = engine.run_gptq
 
@@ -156,7 +159,8 @@ def _wait_for(condition, proc, limit_s: float = 600) -> bool:
     return False
 
 
-def test_ctrl_c_in_gptq_says_where_it_stopped_and_that_nothing_was_written(tiny, tmp_path):
+@pytest.mark.parametrize("existing", [False, True], ids=["new-out", "forced-over-out"])
+def test_ctrl_c_in_gptq_says_where_it_stopped_and_what_became_of_out(tiny, tmp_path, existing):
     import signal
     import threading
 
@@ -164,13 +168,17 @@ def test_ctrl_c_in_gptq_says_where_it_stopped_and_that_nothing_was_written(tiny,
     driver.write_text(STOP_IN_GPTQ)
     out = tmp_path / "q-mid"
     log = tmp_path / "q-mid.log"
-    # SIGINT as a terminal's Ctrl-C delivers it, even when this test runs where SIGINT is ignored (nohup, `&`)
-    proc = subprocess.Popen([sys.executable, str(driver), str(held), "quantize", str(tiny), str(out), *ARGS],
+    if existing:
+        out.mkdir()
+        (out / "config.json").write_text('{"an": "earlier good output"}')
+    proc = subprocess.Popen([sys.executable, str(driver), str(held), "quantize", str(tiny), str(out), *ARGS,
+                             *(["--force"] if existing else [])],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_child_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env=_child_env())
     seen: list = []
+    stdout: list = []
     readers = [threading.Thread(target=lambda: seen.extend(line.rstrip("\n") for line in proc.stderr), daemon=True),
-               threading.Thread(target=proc.stdout.read, daemon=True)]
+               threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)]
     for reader in readers:
         reader.start()
     try:
@@ -188,9 +196,15 @@ def test_ctrl_c_in_gptq_says_where_it_stopped_and_that_nothing_was_written(tiny,
     text = "\n".join(seen)
     assert said_while_held, text
     assert "quantize: gptq interrupted after " in text and "quantize: gptq done" not in text, text
-    assert "interrupted in gptq at layer 1/2, " in text and f"nothing was written to {out}" in text, text
+    assert stdout == [""]  # no result: nothing on stdout
+    assert "interrupted in gptq at layer 1/2, " in text, text
+    if existing:
+        assert f"{out} was left as it was" in text, text
+        assert os.listdir(out) == ["config.json"] and "earlier good output" in (out / "config.json").read_text()
+    else:
+        assert f"nothing was written to {out}" in text and not out.exists(), text
     assert seen[-1] == f"log: {log}", text
-    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".q-mid")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".q-mid")]  # no temp folder, no lock
     ours = [line for line in log.read_text().splitlines() if line[:4].isdigit()]
     assert " gptq interrupted after " in ours[-2], ours[-3:]
     assert " run interrupted (Ctrl-C) in gptq at layer 1/2, " in ours[-1], ours[-3:]
