@@ -1,5 +1,6 @@
-"""Slow steps say what they do: check announces each step as it starts, bench prints plain progress lines when
-stderr is not a terminal (a log file, CI)."""
+"""Slow steps say what they do: check announces each step as it starts, bench and quantize print plain progress
+lines when stderr is not a terminal (a log file, CI), and a Ctrl-C says what was (and was not) written.
+The quantize runs themselves (a tiny model in a child process) are in test_quant_quiet.py."""
 
 import json
 
@@ -188,3 +189,13 @@ def test_quantize_progress_outlives_a_closed_pipe(monkeypatch):
     for event in (Event("start", "gptq"), Event("problem", "gptq", "a note"), Event("end", "gptq", seconds=1.0)):
         progress.render(event)
     progress.__exit__(None, None, None)
+
+
+def test_the_sink_never_shows_an_interrupted_phase_as_finished(capsys):
+    from soarpack.cli.output import VERBOSE, Sink
+    from soarpack.steps import Event
+
+    sink = Sink(verbosity=VERBOSE)
+    sink.event(Event("end", "gptq", seconds=2.0))
+    sink.event(Event("end", "gptq", "interrupted", seconds=2.0))
+    assert capsys.readouterr().err.splitlines() == ["gptq 2.0s", "gptq interrupted after 2.0s"]
