@@ -36,6 +36,10 @@ def test_platform_run_holds_out_rows_that_never_calibrate(tmp_path, tiny_model_d
     res = subprocess.run([sys.executable, str(root / layout.PREPROCESS), "--input", str(tiny_model_dir),
                           "--output", str(out)], env=env, capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # the platform tees this output: quantize's progress is in it as plain lines, as the run goes
+    said = [line for line in res.stdout.splitlines() if line.startswith("quantize: ")]
+    assert said[0] == "quantize: check ..." and said[-1].startswith("quantize: verify done in "), said
+    assert any(line.startswith("quantize: gptq layer 1/4 started after ") for line in said), said
     log = (root / "logs" / "quantize.log").read_text()
     rows = CALIBRATION_DEFAULTS.rows
     assert f"calibration: {rows} rows used of the {rows} asked (soarpack's default), from builtin.jsonl ({rows} rows)" in log, log

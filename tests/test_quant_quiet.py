@@ -143,3 +143,186 @@ def test_install_ends_with_the_versions_and_the_count_not_the_libraries_lines(tm
     assert ALARMING["GPTQModel's import banner"].search(text) and ALARMING["torch's pytree W lines (glog format)"].search(text)
     assert "install.sh" in (root / "scripts" / "import_check.py").read_text()
     assert "scripts/import_check.py" in (root / "scripts" / "install.sh").read_text()
+
+
+# -- off a terminal: plain progress lines; Ctrl-C; no stray logs ---------------------------------------------------
+
+PHASES = ("check", "calibration", "load", "sanity", "gptq", "save", "quality", "verify")
+
+
+def _child_env() -> dict:
+    """The environment of a child `python -m soarpack`: it imports the soarpack this test imported."""
+    import soarpack
+
+    root = str(Path(soarpack.__file__).resolve().parents[1])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def _quantize_piped(*argv: str) -> subprocess.CompletedProcess:
+    """`soarpack ...` with stdout and stderr as pipes, as under nohup, CI or the platform's tee."""
+    return subprocess.run([sys.executable, "-m", "soarpack", *argv], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, env=_child_env(), timeout=900)
+
+
+def test_off_a_terminal_each_phase_is_a_line_and_json_stays_pure(tiny, tmp_path):
+    out = tmp_path / "piped"
+    proc = _quantize_piped("--format", "json", "quantize", str(tiny), str(out), *ARGS)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recipe"] == "w4-full"  # stdout: the JSON and nothing else
+    lines = proc.stderr.splitlines()
+    assert "\x1b" not in proc.stderr and "\r" not in proc.stderr, proc.stderr  # lines, not a live display
+    for noise in LIBRARY_NOISE:
+        assert noise not in proc.stderr, proc.stderr
+    said = [line for line in lines if line.startswith("quantize: ")]
+    ends = [re.sub(r" done in [0-9.]+ s$", " done", s) for s in said if s.endswith(" ...") or " done in " in s]
+    assert ends == [f"quantize: {p} {e}" for p in PHASES for e in ("...", "done")], said  # in the run's order
+    gptq_done = next(s for s in said if s.startswith("quantize: gptq done"))
+    gptq = said[said.index("quantize: gptq ..."):said.index(gptq_done)]
+    assert any(s.startswith("quantize: gptq layer 1/2 started after ") for s in gptq), said
+
+
+def test_off_a_terminal_quiet_says_nothing_but_the_result(tiny, tmp_path):
+    out = tmp_path / "quiet"
+    proc = _quantize_piped("quantize", str(tiny), str(out), *ARGS, "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert f"report: {out / 'soarpack_quant_report.json'}" in proc.stdout
+
+
+STOP_IN_GPTQ = '''
+import signal, sys, time
+from pathlib import Path
+import soarpack.quant.engine as engine
+
+# Ctrl-C as a terminal delivers it, even where this test runs with SIGINT ignored (nohup, `&`): Python's own default
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+real = engine.run_gptq
+
+
+def run_gptq(sala, model_dir, rows, recipe, opts, on_layer=None):
+    def on_first_layer_wait(i, n):  # the test's Ctrl-C comes here; at most 10 minutes, then the run goes on
+        on_layer(i, n)
+        if i == 0:
+            Path(sys.argv[1]).write_text("held")
+        t0 = time.monotonic()
+        while i == 0 and time.monotonic() - t0 < 600:
+            time.sleep(0.05)
+    return real(sala, model_dir, rows, recipe, opts, on_first_layer_wait)
+
+
+engine.run_gptq = run_gptq
+from soarpack.cli import main
+main(sys.argv[2:])
+'''
+
+
+def _wait_for(condition, proc, limit_s: float = 600) -> bool:
+    """Poll until `condition()` or the child ended: a generous bound for a loaded machine, not a timing check."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        if condition():
+            return True
+        if proc.poll() is not None:
+            return condition()
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-out", "forced-over-out"])
+def test_ctrl_c_in_gptq_says_where_it_stopped_and_what_became_of_out(tiny, tmp_path, existing):
+    import signal
+    import threading
+
+    driver, held = tmp_path / "stop_in_gptq.py", tmp_path / "held"
+    driver.write_text(STOP_IN_GPTQ)
+    out = tmp_path / "q-mid"
+    log = tmp_path / "q-mid.log"
+    if existing:
+        out.mkdir()
+        (out / "config.json").write_text('{"an": "earlier good output"}')
+    proc = subprocess.Popen([sys.executable, str(driver), str(held), "quantize", str(tiny), str(out), *ARGS,
+                             *(["--force"] if existing else [])],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_child_env())
+    seen: list = []
+    stdout: list = []
+    readers = [threading.Thread(target=lambda: seen.extend(line.rstrip("\n") for line in proc.stderr), daemon=True),
+               threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        assert _wait_for(held.exists, proc), "the run never reached its first GPTQ layer:\n" + "\n".join(seen)
+        # the layer's line was said before the hold: it reaches the pipe while the run is still in gptq
+        layer_line = lambda: any(s.startswith("quantize: gptq layer 1/2 started") for s in seen)  # noqa: E731
+        said_while_held = _wait_for(layer_line, proc, 60)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=600) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for reader in readers:
+        reader.join(timeout=60)
+    text = "\n".join(seen)
+    assert said_while_held, text
+    assert "quantize: gptq interrupted after " in text and "quantize: gptq done" not in text, text
+    assert stdout == [""]  # no result: nothing on stdout
+    assert "interrupted in gptq at layer 1/2, " in text, text
+    if existing:
+        assert f"{out} was left as it was" in text, text
+        assert os.listdir(out) == ["config.json"] and "earlier good output" in (out / "config.json").read_text()
+    else:
+        assert f"nothing was written to {out}" in text and not out.exists(), text
+    assert seen[-1] == f"log: {log}", text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".q-mid")]  # no temp folder, no lock
+    ours = [line for line in log.read_text().splitlines() if line[:4].isdigit()]
+    assert " gptq interrupted after " in ours[-2], ours[-3:]
+    assert " run interrupted (Ctrl-C) in gptq at layer 1/2, " in ours[-1], ours[-3:]
+    assert log.read_text().endswith(ours[-1] + "\n")  # the log's last line says how the run ended
+
+
+@pytest.mark.parametrize("case", ["recipe", "model", "existing-out"])
+def test_a_run_refused_before_its_work_leaves_no_log(tiny, tmp_path, case):
+    out = tmp_path / "out"
+    model = str(tmp_path / "nosuch") if case == "model" else str(tiny)
+    recipe = "w4-ful" if case == "recipe" else "w4-full"
+    if case == "existing-out":
+        out.mkdir()
+        (out / "keep").write_text("mine")
+    res = CliRunner().invoke(app, ["quantize", model, str(out), *ARGS, "--recipe", recipe])
+    assert res.exit_code == 2 and "error:" in res.output, res.output
+    assert not (tmp_path / "out.log").exists()
+    assert "log:" not in res.output  # none to show
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out"] if case == "existing-out" else [])
+
+
+def test_a_refused_run_keeps_a_log_it_did_not_create(tiny, tmp_path):
+    log = tmp_path / "mine.log"
+    log.write_text("earlier runs\n")
+    res = CliRunner().invoke(app, ["quantize", str(tiny), str(tmp_path / "out"), *ARGS, "--recipe", "w4-ful",
+                                   "--log", str(log)])
+    assert res.exit_code == 2, res.output
+    text = log.read_text()
+    assert text.startswith("earlier runs\n") and "run failed in check" in text.splitlines()[-1], text
+
+
+def test_a_run_failed_in_its_work_keeps_its_log_and_says_where(tiny, tmp_path):
+    out = tmp_path / "out"
+    log = tmp_path / "out.log"
+    res = CliRunner().invoke(app, ["quantize", str(tiny), str(out), *ARGS, "--max-sanity-loss", "0.1"])
+    assert res.exit_code == 2 and "exceeds the sanity bound" in res.output, res.output
+    assert f"log: {log}" in res.output and "quantize: sanity failed after " in res.output
+    last = log.read_text().splitlines()[-1]
+    assert " run failed in sanity, " in last and "exceeds the sanity bound" in last, last
+    assert not out.exists()
+
+
+def test_the_library_removes_only_a_log_it_created_for_a_refused_run(tiny, tmp_path):
+    from soarpack.errors import ConfigError
+    from soarpack.quant.options import QuantizeOptions
+    from soarpack.quant.run import quantize
+
+    log = tmp_path / "run.log"
+    with pytest.raises(ConfigError, match="no recipe named"):
+        quantize(tiny, tmp_path / "out", QuantizeOptions(recipe="w4-ful", log_file=log))
+    assert not log.exists()

@@ -242,11 +242,15 @@ def bench_cmd(
                       num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
                       deadline_s=deadline, label=label, bundle=_bundle_identity(bundle))
     check_bench_config(cfg)
+    partial_before = _file_identity(partial_path(output))
     with progress_bars("bench") as update:
         try:
             report = run_bench(cfg, lambda e: update(e.phase, e.done, e.total, ""))
         except KeyboardInterrupt:
-            _say(f"interrupted: {output} was left as it was; finished tiers are in {partial_path(output)}")
+            # shown even with -q, as an error is: the user must know what is (and is not) on disk
+            err_console.print(f"interrupted: {printable(output)} was left as it was; "
+                              f"{_partial_note(partial_path(output), partial_before)}",
+                              markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
     print_bench(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
@@ -257,6 +261,29 @@ def bench_cmd(
         raise IncompleteRunError("bench incomplete: " + "; ".join(
             f"{name} had {tier['failed']} failed and {tier['short_outputs']} short request(s)" for name, tier in bad.items()),
             "score refuses these tiers; check the server log (and that it honours ignore_eos)")
+
+
+def _file_identity(path: Path) -> Optional[tuple]:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _partial_note(partial: Path, before: Optional[tuple]) -> str:
+    """What an interrupted bench left in OUTPUT.partial.json: this run's finished tiers, or nothing of this run."""
+    now = _file_identity(partial)
+    if now is None:
+        return f"no tier had finished, so no partial results were written ({printable(partial)} does not exist)"
+    if now == before:
+        return f"no tier had finished; {printable(partial)} is an earlier run's, left as it was"
+    try:
+        tiers = json.loads(partial.read_text(encoding="utf-8"))["tiers"]
+        rows = ", ".join(f"{name} {tier['num_requests']} rows" for name, tier in tiers.items())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"this run wrote {printable(partial)}, which cannot be read back ({exc})"
+    return f"the finished tiers are in {printable(partial)}: {len(tiers)} tier(s), {rows}"
 
 
 @command("speedset")

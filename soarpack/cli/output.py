@@ -101,8 +101,9 @@ class Sink:
         elif event.kind == "end" and event.result is not None:
             self._stop_status()
             self.step_line(event.result)
-        elif event.kind == "end" and self.verbosity >= VERBOSE:
-            self.say(f"{event.phase} {event.seconds:.1f}s")
+        elif event.kind == "end" and self.verbosity >= VERBOSE:  # a message: it did not finish (interrupted, failed)
+            self.say(f"{event.phase} {event.message} after {event.seconds:.1f}s" if event.message
+                     else f"{event.phase} {event.seconds:.1f}s")
         elif event.kind == "info":
             self.console.print(f"[dim]{escape(printable(event.message))}[/]", highlight=False, soft_wrap=True)
         elif event.kind == "progress" and self.verbosity >= VERBOSE:

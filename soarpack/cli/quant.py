@@ -91,13 +91,9 @@ def quantize_cmd(
                             sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
                             auto_map=auto_map.value, quality=not no_report,
                             library_output="terminal" if out.verbosity >= 2 else "log")
-    with QuantizeProgress(verbosity=out.verbosity) as progress:
-        try:
-            result = quantize(model_dir, out_dir, opts, on_event=progress.render)
-        except BaseException:
-            if log.is_file():  # a run refused before it opened its log has none to show
-                progress.say(f"log: {log}")
-            raise
+    # off a terminal: plain lines; on an error: the log's path; on Ctrl-C: where it stopped, and exit 130
+    with QuantizeProgress(verbosity=out.verbosity, out_dir=out_dir, log=log) as progress:
+        result = quantize(model_dir, out_dir, opts, on_event=progress.render)
     if out.json:
         return out.result(result.to_dict())
     _print_result(result, out_dir, log)

@@ -103,7 +103,8 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
     if opts.log_file:
         ensure_writable_output(opts.log_file, what="--log", inputs=inputs, replaced=[out_dir])
     with contextlib.ExitStack() as stack:
-        log = stack.enter_context(RunLog(opts.log_file, on_event, capture=opts.library_output == "log"))
+        log = stack.enter_context(RunLog(opts.log_file, on_event, capture=opts.library_output == "log",
+                                         setup_phase="check"))
         stack.enter_context(cuda_allocator_settings(log))
         with log.phase("check"):
             run = check_inputs(model_dir, out_dir, inputs, opts, log)
@@ -382,14 +383,26 @@ class RunLog:
     """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
     libraries' own output also goes while the run lasts (`capture`; nowhere without a log file). Each phase ends
     by handing the CUDA caching allocator's unused reserve back, so one phase's peak does not stay resident through
-    the next."""
+    the next.
 
-    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False):
+    A phase that raises ends with its cause (`gptq interrupted after 26.0s`, not a finished phase's `gptq 26.0s`),
+    and the log's last line says how the run ended. A run refused in its `setup_phase` (a mistyped recipe, a
+    missing model, an existing output) did no work: the log it created is removed, not left as a stray file."""
+
+    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False,
+                 setup_phase: Optional[str] = None):
         self.log_file, self.on_event, self.capture = log_file, on_event, capture
+        self.setup_phase = setup_phase
         self.fh = None
         self.timings: Dict[str, float] = {}
         self.notes: List[str] = []
-        self._layer_t0 = time.perf_counter()
+        self.current: Optional[str] = None  # the phase in progress (or the one that raised)
+        self.finished: List[str] = []  # the phases that ended without an error
+        self.layer_at: Optional[tuple] = None  # the last GPTQ layer started: (index, layers)
+        self._in_setup = setup_phase is not None
+        self._created = False
+        self._exc: Optional[BaseException] = None
+        self._t0 = self._layer_t0 = time.perf_counter()
         self._stack = contextlib.ExitStack()
         self.captured: Any = None  # soarpack.quant.capture.Captured while the libraries' output is captured
 
@@ -402,21 +415,50 @@ class RunLog:
         from soarpack.quant.capture import library_output_to
 
         if self.log_file:
-            self.fh = self._stack.enter_context(open(self.log_file, "a", encoding="utf-8"))
+            self._created = not os.path.exists(self.log_file)
+            self.fh = self._stack.enter_context(open(self.log_file, "a+", encoding="utf-8"))  # + : _write reads
+            self._stack.callback(self._last_line)  # after the capture below is closed: nothing comes after it
         if self.capture:  # without a log file the libraries' output goes nowhere: a library call prints nothing
             self.captured = self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._exc = exc
         self._stack.close()
+        if exc is not None and self._in_setup and self._created and self.log_file:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_file)
+
+    def _last_line(self) -> None:
+        exc = self._exc
+        if exc is None or (self._in_setup and self._created):
+            return
+        where = (f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished
+                 else "at the start")
+        if self.current == "gptq" and self.layer_at:
+            where += f" at layer {self.layer_at[0] + 1}/{self.layer_at[1]}"
+        how = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed"
+        cause = "" if isinstance(exc, KeyboardInterrupt) else f": {ended_by(exc)}"
+        with contextlib.suppress(OSError):  # a full disk: the run's own error is the one to show
+            self._write(f"run {how} {where}, {time.perf_counter() - self._t0:.1f}s after it started{cause}")
+
+    def _write(self, text: str) -> None:
+        """One line of ours, on a line of its own even when a library left a bar unfinished in the file."""
+        assert self.fh is not None
+        self.fh.flush()
+        fd = self.fh.fileno()
+        size = os.fstat(fd).st_size
+        first = "\n" if size and os.pread(fd, 1, size - 1) != b"\n" else ""
+        self.fh.write(f"{first}{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+        self.fh.flush()
 
     def emit(self, event: Event) -> None:
         if self.on_event:
             self.on_event(event)
         if self.fh:
-            text = {"start": f"{event.phase} ...", "end": f"{event.phase} {event.seconds:.1f}s"}
-            self.fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text.get(event.kind, event.message)}\n")
-            self.fh.flush()
+            end = f"{event.phase} {event.message} after {event.seconds:.1f}s" if event.message \
+                else f"{event.phase} {event.seconds:.1f}s"
+            self._write({"start": f"{event.phase} ...", "end": end}.get(event.kind, event.message))
 
     def info(self, phase: str, message: str) -> None:
         self.emit(Event("info", phase, message))
@@ -429,17 +471,35 @@ class RunLog:
     def layer(self, i: int, n: int) -> None:
         spent = time.perf_counter() - self._layer_t0
         eta = f", eta {spent / i * (n - i):.0f}s" if i else ""
-        self.emit(Event("progress", "gptq", f"gptq layer {i}/{n} started after {spent:.1f}s{eta}", spent, i, n))
+        self.layer_at = (i, n)
+        # counted from 1, as the bar counts: `layer 3/8 started` is the third (done = the 2 before it)
+        self.emit(Event("progress", "gptq", f"gptq layer {i + 1}/{n} started after {spent:.1f}s{eta}", spent, i, n))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if name != self.setup_phase:
+            self._in_setup = False  # the work has started: its log stays, whatever happens next
         self.emit(Event("start", name))
+        self.current = name
         t0 = self._layer_t0 = time.perf_counter()
+        ended = ""
         try:
             yield
+        except BaseException as exc:
+            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            raise
         finally:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
             dt = time.perf_counter() - t0
             self.timings[name] = self.timings.get(name, 0.0) + dt
-            self.emit(Event("end", name, seconds=dt))
+            if not ended:
+                self.current = None
+                self.finished.append(name)
+            self.emit(Event("end", name, ended, seconds=dt))
+
+
+def ended_by(exc: BaseException) -> str:
+    """An exception as the one line a log or a terminal says about it."""
+    text = exc.message if isinstance(exc, SoarpackError) else f"{type(exc).__name__}: {exc}"
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
