@@ -47,7 +47,7 @@ def test_eval_on_the_same_server_says_what_it_resumes(tmp_path):
     data, out = _data(tmp_path), tmp_path / "eval.json"
     notes = []
     with FakeSGLang(chat=_right) as server:
-        run_eval(EvalConfig(api_base=server.url, data=data, output=out, num_samples=3))
+        run_eval(EvalConfig(api_base=server.url, data=data, output=out, rows=3))
         report = run_eval(EvalConfig(api_base=server.url + "/", data=data, output=out), on_event=lambda e: e.kind == "info" and notes.append(e.message))
         assert len(server.chat_bodies) == 4
     assert notes == [f"resuming 3/4 rows from {out}"]
