@@ -69,7 +69,7 @@ def test_eval_force_starts_over_and_keeps_the_old_file_beside(tmp_path):
 def test_eval_resume_across_servers_records_both(tmp_path):
     data, out = _data(tmp_path), tmp_path / "eval.json"
     with FakeSGLang(chat=_right) as first:
-        run_eval(EvalConfig(api_base=first.url, data=data, output=out, num_samples=2))
+        run_eval(EvalConfig(api_base=first.url, data=data, output=out, rows=2))
     with FakeSGLang(chat=_right) as second:
         report = run_eval(EvalConfig(api_base=second.url, data=data, output=out, resume=True))
         assert len(second.chat_bodies) == 2

@@ -85,7 +85,8 @@ def check_eval_config(cfg: EvalConfig) -> None:
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the platform waits {PLATFORM_TIMEOUT_S:g} s")
     for flag, value, least in (("--max-tokens", cfg.max_tokens, 1), ("--concurrency", cfg.concurrency, 1),
-                               ("--retries", cfg.retries, 0), ("--rows", cfg.rows or 1, 1)):
+                               ("--retries", cfg.retries, 0),
+                               ("--rows", 1 if cfg.rows is None else cfg.rows, 1)):
         if value < least:
             raise ConfigError(f"{flag} {value} must be at least {least}", f"the platform sends --max-tokens {PLATFORM_MAX_TOKENS}")
 

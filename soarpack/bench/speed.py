@@ -195,6 +195,8 @@ def check_bench_config(cfg: BenchConfig) -> None:
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
+    if cfg.rows is not None and cfg.rows < 1:
+        raise ConfigError(f"--rows {cfg.rows} must be at least 1", "leave --rows out to send every row")
     unknown = sorted(set(cfg.tiers) - set(TIER_CONCURRENCY))
     if unknown or not cfg.tiers:
         raise SoarpackError("no speed data for any tier" if not unknown else f"unknown tier(s) {unknown}",
