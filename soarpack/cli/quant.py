@@ -82,6 +82,9 @@ def quantize_cmd(
     """
     from soarpack import api
     from soarpack.cli.progress import QuantizeProgress
+    # torch before the bar: the bar wraps sys.stderr, and torch's log handlers keep the stream they find at import,
+    # so imported under the bar its warnings would reach the terminal instead of the run's log.
+    import soarpack.quant.run  # noqa: F401
 
     out = sink(as_json, quiet, verbose)
     log = log or default_log_path(out_dir)
