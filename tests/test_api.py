@@ -326,6 +326,7 @@ def test_eval_bench_score_compare_return_typed_results_and_print_nothing(tmp_pat
     speed.write_text("".join(json.dumps({"question": f"row {i} the river", "model_response": "tok tok tok tok"}) + "\n"
                              for i in range(3)))
     events = []
+    capfd.readouterr()  # what the set-up printed (transformers' import notice where torch is absent) is not ours
     with FakeSGLang(chat=lambda q: ChatReply("</think>x")) as server:
         ev = api.eval(api_base=server.url, data=data, rows=3, output=tmp_path / "eval.json", label="a",
                       on_event=events.append)
