@@ -19,7 +19,7 @@ from soarpack.apinames import API_NAMES
 from soarpack.deprecation import renamed_map
 from soarpack.errors import SoarpackError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(soarpack.__file__).resolve().parents[1]  # the soarpack under test, for the fresh interpreters
 HEAVY = ("torch", "transformers", "gptqmodel", "typer", "rich")
 # (CLI command, API function) pairs whose names must agree
 COMMANDS = {"quantize": "quantize", "build": "build", "check": "check", "eval": "eval", "bench": "bench",

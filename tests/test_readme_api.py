@@ -16,6 +16,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.gptq, pytest.mark.needs_torch]
 
 ROOT = Path(__file__).resolve().parents[1]
+SOARPACK_ROOT = Path(__import__("soarpack").__file__).resolve().parents[1]  # the soarpack under test
 
 CHEAPER = r'''
 import soarpack
@@ -61,7 +62,7 @@ def _results(folder: Path) -> None:
 
 def test_the_readme_python_api_example_runs(tmp_path):
     _results(tmp_path)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPTQMODEL_CPU_WORKERS="2")
+    env = dict(os.environ, PYTHONPATH=str(SOARPACK_ROOT), GPTQMODEL_CPU_WORKERS="2")
     proc = subprocess.run([sys.executable, "-c", CHEAPER + readme_example()], cwd=tmp_path, capture_output=True,
                           text=True, env=env, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
