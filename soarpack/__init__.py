@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 
 from soarpack.apinames import API_NAMES as _API_NAMES
 
-__all__ = list(_API_NAMES)
+# `from soarpack import *` leaves out `eval`: it would hide the builtin of that name (soarpack.eval still works)
+__all__ = [name for name in _API_NAMES if name != "eval"]
 
 
 def __getattr__(name: str):

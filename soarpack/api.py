@@ -4,7 +4,8 @@
 
 They print nothing: progress goes to an optional `on_event` callback (one `soarpack.steps.Event` per phase start,
 end, line or progress count), results come back typed, and bad input raises `soarpack.errors.SoarpackError` (its
-`message` and `hint` are what the command prints as `error:` and `hint:`). The CLI is a thin layer over these.
+`message` and `hint` are what the command prints as `error:` and `hint:`). The CLI is a thin layer over these;
+`on_event=soarpack.cli.output.Sink().event` renders the events as the command does.
 
 Heavy libraries (torch, GPTQModel, transformers) are imported when a function runs, never by `import soarpack`.
 """
