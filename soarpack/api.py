@@ -56,7 +56,7 @@ def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = 
              seed: Optional[int] = None, batch: Optional[int] = None, device: str = "auto", force: bool = False,
              log: Optional[PathLike] = None, max_sanity_loss: Optional[float] = None, fp16: bool = False,
              auto_map: str = "keep", no_report: bool = False, library_output: str = "log",
-             on_event: Optional[EventCallback] = None) -> "QuantizeResult":
+             on_event: Optional[EventCallback] = None) -> QuantizeResult:
     """GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
 
     The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
@@ -111,7 +111,7 @@ def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = 
 def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
           calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
           output: Optional[PathLike] = None, force: bool = False,
-          on_event: Optional[EventCallback] = None) -> "BuildResult":
+          on_event: Optional[EventCallback] = None) -> BuildResult:
     """Build the submission .tar.gz: entry scripts, soarpack, the profile, calibration data, wheels, MANIFEST.json.
 
     The same as `soarpack build`. Every input is checked before the slow parts (the wheels, cached once, and the
@@ -148,7 +148,7 @@ def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang
 @renamed_keywords(sglang_fork="sglang_src")
 def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
           keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
-          strict: bool = False, on_event: Optional[EventCallback] = None) -> "CheckReport":
+          strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
     """Rehearse what the platform does with a bundle; every step passes, fails, or is skipped with its reason.
 
     The same as `soarpack check BUNDLE`: safe extraction, size, hashes, credentials, wheel tags, then (unless
@@ -164,7 +164,7 @@ def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_sr
                      platform, never "uploadable" (--dev-stack)
         accept_risk  risk names that no longer block (--accept-risk, repeatable)
         strict       every risk not accepted blocks (--strict)
-        on_event     called with each soarpack.steps.Event (a step's start and end carry its StepResult)
+        on_event     called with each soarpack.steps.Event (a step's "end" carries its StepResult)
 
     Returns a soarpack.rehearse.check.CheckReport: `uploadable`, `steps` (name, status, detail, seconds),
     `risks`, `gate()`, `logs_dir` (a failed rehearsal's kept logs, for `soarpack.diagnose`); `to_dict()` is
@@ -205,7 +205,7 @@ def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None,
          stall_timeout: float = 60.0, deadline: Optional[float] = None, retries: int = 0,
          max_tokens: int = limits.EVAL_MAX_TOKENS, output: Optional[PathLike] = None, resume: bool = False,
          force: bool = False, label: Optional[str] = None, bundle: Optional[PathLike] = None,
-         on_event: Optional[EventCallback] = None) -> "EvalResult":
+         on_event: Optional[EventCallback] = None) -> EvalResult:
     """Score a running server on the correctness set as the platform's eval_model.py does.
 
     The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
@@ -265,7 +265,7 @@ def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike
           output: Optional[PathLike] = None, seed: int = 1, rows: Optional[int] = None, warmup: bool = True,
           flush: bool = True, settle: float = 1.0, stall_timeout: float = 600.0, deadline: float = 6 * 60 * 60,
           label: Optional[str] = None, bundle: Optional[PathLike] = None,
-          on_event: Optional[EventCallback] = None) -> "BenchResult":
+          on_event: Optional[EventCallback] = None) -> BenchResult:
     """Time the S1, S8 and Smax tiers against a running server with the platform's bench_serving semantics.
 
     The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
@@ -313,7 +313,7 @@ def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike
 
 def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[PathLike] = None,
           best_s1: Optional[float] = None, best_s8: Optional[float] = None,
-          best_smax: Optional[float] = None) -> "ScoreResult":
+          best_smax: Optional[float] = None) -> ScoreResult:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours per tier.
 
     The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
@@ -346,7 +346,7 @@ def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[Pat
 
 def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optional[float] = None,
             best_smax: Optional[float] = None, chart: Optional[PathLike] = None,
-            on_event: Optional[EventCallback] = None) -> "CompareResult":
+            on_event: Optional[EventCallback] = None) -> CompareResult:
     """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final, and each run's gate.
 
     The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
@@ -381,7 +381,7 @@ def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optiona
     return CompareResult(runs, best)
 
 
-def diagnose(paths: Paths) -> "Diagnosis":
+def diagnose(paths: Paths) -> Diagnosis:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
     The same as `soarpack diagnose LOG_OR_DIR...`. Reads logs (prepare_env.log, prepare_model.log, quantize.log, a

@@ -34,6 +34,8 @@ def _note(event) -> None:
         err_console.print(event.message, markup=False, highlight=False)
     else:
         _say(event.message)
+
+
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
