@@ -103,7 +103,7 @@ def test_resume_skips_scored_rows_and_resends_errors(tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "o.json"
     with FakeSGLang(chat=lambda q: ChatReply("x", status=500) if q == "q4" else ChatReply("</think>x")) as server:
-        first = run_eval(EvalConfig(api_base=server.url, data=data, output=out, num_samples=5))
+        first = run_eval(EvalConfig(api_base=server.url, data=data, output=out, rows=5))
         assert len(server.chat_bodies) == 5 and first["scored"] == 5 and first["ori_accuracy"] == 80.0
     with FakeSGLang(chat=lambda q: ChatReply("</think>x")) as server:  # the same model, restarted on another port
         second = run_eval(EvalConfig(api_base=server.url, data=data, output=out, resume=True))

@@ -33,7 +33,7 @@ def speed_file(path, out_lens, prefix="row"):
 
 
 def bench(server, tiers, tokenizer_dir, **kw):
-    cfg = BenchConfig(api_base=server.url, tiers=tiers, tokenizer_dir=tokenizer_dir, settle_s=0.0, **kw)
+    cfg = BenchConfig(api_base=server.url, tiers=tiers, model_dir=tokenizer_dir, settle_s=0.0, **kw)
     return run_bench(cfg)
 
 

@@ -47,7 +47,7 @@ def test_eval_on_the_same_server_says_what_it_resumes(tmp_path):
     data, out = _data(tmp_path), tmp_path / "eval.json"
     notes = []
     with FakeSGLang(chat=_right) as server:
-        run_eval(EvalConfig(api_base=server.url, data=data, output=out, num_samples=3))
+        run_eval(EvalConfig(api_base=server.url, data=data, output=out, rows=3))
         report = run_eval(EvalConfig(api_base=server.url + "/", data=data, output=out), on_event=lambda e: e.kind == "info" and notes.append(e.message))
         assert len(server.chat_bodies) == 4
     assert notes == [f"resuming 3/4 rows from {out}"]
@@ -69,7 +69,7 @@ def test_eval_force_starts_over_and_keeps_the_old_file_beside(tmp_path):
 def test_eval_resume_across_servers_records_both(tmp_path):
     data, out = _data(tmp_path), tmp_path / "eval.json"
     with FakeSGLang(chat=_right) as first:
-        run_eval(EvalConfig(api_base=first.url, data=data, output=out, num_samples=2))
+        run_eval(EvalConfig(api_base=first.url, data=data, output=out, rows=2))
     with FakeSGLang(chat=_right) as second:
         report = run_eval(EvalConfig(api_base=second.url, data=data, output=out, resume=True))
         assert len(second.chat_bodies) == 2

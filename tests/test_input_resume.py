@@ -182,7 +182,7 @@ def test_a_result_written_before_rows_had_a_key_is_resumed_under_its_header(tmp_
 
 def test_rows_outside_this_run_keep_their_own_key_and_stay(tmp_path, server):
     data, out, _ = first_run(tmp_path, server, max_tokens=100)
-    run_eval(EvalConfig(api_base=server.url, data=data, output=out, max_tokens=200, num_samples=2))
+    run_eval(EvalConfig(api_base=server.url, data=data, output=out, max_tokens=200, rows=2))
     assert [b["max_tokens"] for b in server.chat_bodies] == [200, 200]  # only the two rows of this run
     saved = json.loads(out.read_text())
     assert [r["key"]["max_tokens"] for r in saved["rows"]] == [200, 200, 100, 100]  # merged, never truncated

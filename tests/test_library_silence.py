@@ -1,5 +1,6 @@
 """Libraries emit, the CLI renders: a tiny-model quantize and a development-stack `check`, called from Python in a
-fresh interpreter, write nothing to file descriptors 1 and 2 (not even the libraries' banners)."""
+fresh interpreter, write nothing to file descriptors 1 and 2 (not even the libraries' banners); the same through
+the package-root API (`soarpack.quantize(...)`), with fds 1 and 2 redirected to files."""
 
 from __future__ import annotations
 
@@ -42,3 +43,31 @@ def test_library_calls_print_nothing(tmp_path):
     assert int(modules) > 0 and ok == "True", failed  # both really ran
     assert proc.stdout == b"", proc.stdout.decode(errors="replace")[-3000:]
     assert proc.stderr == b"", proc.stderr.decode(errors="replace")[-3000:]
+
+
+API_SCRIPT = r"""
+import sys
+from pathlib import Path
+
+import soarpack
+
+work = Path(sys.argv[1])
+tiny = soarpack.tiny_model(work / "tiny", layers=2)
+result = soarpack.quantize(tiny, work / "q", recipe="w4-full", rows=8, max_len=64, device="cpu")
+(work / "result.txt").write_text(f"{type(result).__name__} {result.quantized_modules}")
+"""
+
+
+def test_quantize_through_the_api_prints_nothing_at_the_fd_level(tmp_path):
+    import soarpack
+
+    env = dict(os.environ, PYTHONPATH=str(Path(soarpack.__file__).resolve().parents[1]), GPTQMODEL_CPU_WORKERS="2")
+    out, err = tmp_path / "fd1", tmp_path / "fd2"
+    with open(out, "wb") as fd1, open(err, "wb") as fd2:  # the child's fds 1 and 2 are these files
+        proc = subprocess.run([sys.executable, "-c", API_SCRIPT, str(tmp_path)], stdout=fd1, stderr=fd2, env=env,
+                              timeout=1500)
+    assert proc.returncode == 0, err.read_text(errors="replace")[-3000:]
+    kind, modules = (tmp_path / "result.txt").read_text().split()
+    assert kind == "QuantizeResult" and int(modules) > 0  # it really ran
+    assert out.read_bytes() == b"", out.read_text(errors="replace")[-3000:]
+    assert err.read_bytes() == b"", err.read_text(errors="replace")[-3000:]

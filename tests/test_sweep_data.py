@@ -425,7 +425,7 @@ def test_row_115_bench_stream_that_stops_without_closing_stalls_out(tmp_path, to
     data = speed_file(tmp_path / "s.jsonl", 2)
     start = time.monotonic()
     with FakeSGLang(generate=GenerateScript(stall_after=2)) as server:
-        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, tokenizer_dir=Path(tokenizer_dir),
+        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, model_dir=Path(tokenizer_dir),
                                        settle_s=0.0, warmup=False, stall_s=0.5))
     assert time.monotonic() - start < 20
     assert report["tiers"]["s1"]["failed"] == 2 and all("stalled" in e for e in report["tiers"]["s1"]["errors"])
@@ -438,7 +438,7 @@ def test_row_116_interrupted_bench_keeps_the_earlier_complete_output(tmp_path, t
     out = tmp_path / "bench.json"
     with FakeSGLang(generate=GenerateScript(token_delay_s=0.001)) as server:
         tiers = {"s1": data, "s8": data, "smax": data}
-        run_bench(BenchConfig(api_base=server.url, tiers=tiers, tokenizer_dir=Path(tokenizer_dir), output=out, settle_s=0.0))
+        run_bench(BenchConfig(api_base=server.url, tiers=tiers, model_dir=Path(tokenizer_dir), output=out, settle_s=0.0))
         earlier = out.read_bytes()
 
         def interrupt_in_s8(event):
@@ -446,7 +446,7 @@ def test_row_116_interrupted_bench_keeps_the_earlier_complete_output(tmp_path, t
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            run_bench(BenchConfig(api_base=server.url, tiers=tiers, tokenizer_dir=Path(tokenizer_dir), output=out,
+            run_bench(BenchConfig(api_base=server.url, tiers=tiers, model_dir=Path(tokenizer_dir), output=out,
                                   settle_s=0.0), interrupt_in_s8)
     assert out.read_bytes() == earlier
     assert set(json.loads(partial_path(out).read_text())["tiers"]) == {"s1"}

@@ -325,7 +325,7 @@ def test_case_4_a_chunk_claiming_1e9_tokens_is_capped_at_max_new_tokens(tmp_path
     """The issue's chunk: completion_tokens 10**9 made bench build a 10**9-element ITL list (8 GB)."""
     data = _speed_rows(tmp_path / "s1.jsonl")  # 3 output tokens per row
     with FakeSGLang(generate=GenerateScript(claim_tokens=10**9)) as server:
-        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, tokenizer_dir=Path(tokenizer_dir),
+        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, model_dir=Path(tokenizer_dir),
                                        settle_s=0.0, warmup=False))
     tier = report["tiers"]["s1"]
     assert tier["completed"] == 2 and tier["failed"] == 0
@@ -370,7 +370,7 @@ def test_case_4_a_slow_stream_is_cut_at_the_bench_deadline(tmp_path, tokenizer_d
     data.write_text(json.dumps({"question": "row the river town", "model_response": " ".join(["tok"] * 20)}) + "\n")
     with FakeSGLang(generate=GenerateScript(token_delay_s=1.0)) as server:
         started = time.monotonic()
-        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, tokenizer_dir=Path(tokenizer_dir),
+        report = run_bench(BenchConfig(api_base=server.url, tiers={"s1": data}, model_dir=Path(tokenizer_dir),
                                        settle_s=0.0, warmup=False, stall_s=3.0, deadline_s=2.0))
         elapsed = time.monotonic() - started
     tier = report["tiers"]["s1"]
@@ -392,7 +392,7 @@ def test_case_4_bodies_lines_and_ids_are_bounded(tmp_path, monkeypatch, tokenize
     speed = tmp_path / "s1.jsonl"
     speed.write_text(json.dumps({"question": "row the river town", "model_response": " ".join(["tok"] * 400)}) + "\n")
     with FakeSGLang(generate=GenerateScript(tokens_per_chunk=400)) as server:  # one line of ~1.6 kB
-        tier = run_bench(BenchConfig(api_base=server.url, tiers={"s1": speed}, tokenizer_dir=Path(tokenizer_dir),
+        tier = run_bench(BenchConfig(api_base=server.url, tiers={"s1": speed}, model_dir=Path(tokenizer_dir),
                                      settle_s=0.0, warmup=False))["tiers"]["s1"]
     assert tier["errors"] == ["a stream line larger than 1024 bytes"]
     with FakeSGLang(model_id="m" * 5000) as server:

@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -35,6 +35,7 @@ from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
 from soarpack.bench.tokenizer import chat_template_digest
+from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.facts import limits
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
@@ -56,7 +57,7 @@ class EvalConfig:
     model_dir: Optional[Path] = None
     trust_remote_code: bool = False  # run model_dir's tokenizer code for the stop strings (the user's trust-remote-code flag)
     concurrency: int = 32
-    num_samples: Optional[int] = None
+    rows: Optional[int] = None  # only the first N rows (--rows; eval_model.py's --num_samples)
     timeout_s: float = PLATFORM_TIMEOUT_S
     max_tokens: int = PLATFORM_MAX_TOKENS
     save_every_s: float = 2.0
@@ -67,6 +68,11 @@ class EvalConfig:
     force: bool = False  # start over; the existing output is kept beside as NAME.old-N.json
     label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
     bundle: Optional[Dict[str, Any]] = None  # `soarpack inspect` of the bundle whose checkpoint the server runs
+    num_samples: InitVar[Optional[int]] = None  # deprecated: `rows` (kept for one release)
+
+    def __post_init__(self, num_samples: Optional[int]) -> None:
+        if num_samples is not None:
+            self.rows = deprecated_field("EvalConfig", "num_samples", "rows", num_samples, self.rows)
 
 
 def check_eval_config(cfg: EvalConfig) -> None:
@@ -79,7 +85,8 @@ def check_eval_config(cfg: EvalConfig) -> None:
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the platform waits {PLATFORM_TIMEOUT_S:g} s")
     for flag, value, least in (("--max-tokens", cfg.max_tokens, 1), ("--concurrency", cfg.concurrency, 1),
-                               ("--retries", cfg.retries, 0), ("--num-samples", cfg.num_samples or 1, 1)):
+                               ("--retries", cfg.retries, 0),
+                               ("--rows", 1 if cfg.rows is None else cfg.rows, 1)):
         if value < least:
             raise ConfigError(f"{flag} {value} must be at least {least}", f"the platform sends --max-tokens {PLATFORM_MAX_TOKENS}")
 
@@ -333,7 +340,7 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
     if cfg.output is not None:
         ensure_writable_output(cfg.output, what="eval output", inputs=eval_inputs(cfg))
     rows = load_eval_rows(cfg.data)
-    selected = range(min(cfg.num_samples or len(rows), len(rows)))
+    selected = range(min(cfg.rows or len(rows), len(rows)))
     previous = _read_previous(cfg.output) if cfg.output is not None and cfg.output.is_file() else None
     done = previous_rows(previous, rows, cfg.output) if not cfg.force else {}
     stop: List[str] = []
@@ -344,7 +351,7 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
     template = chat_template_digest(cfg.model_dir) if cfg.model_dir is not None else None
     header = {"kind": EVAL_KIND, "version": 3, "api_base": api_base, "data": str(cfg.data),
               "model_dir": str(cfg.model_dir) if cfg.model_dir else None, "stop": stop, "max_tokens": cfg.max_tokens,
-              "num_samples": cfg.num_samples, "retries": cfg.retries}
+              "num_samples": cfg.rows, "retries": cfg.retries}
     bundle_measured = measured(cfg.label, cfg.bundle, None)
     last_save = [0.0]
 

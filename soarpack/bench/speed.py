@@ -18,7 +18,7 @@ import asyncio
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,6 +26,7 @@ from soarpack.bench import client as http
 from soarpack.bench.jsonl import read_jsonl_numbered
 from soarpack.bench.provenance import measured, tool_versions
 from soarpack.bench.stats import summary_ms
+from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
 from soarpack.fsutil import atomic_write_json, ensure_writable_output
 from soarpack.steps import Event, EventCallback, no_events
@@ -83,11 +84,12 @@ def prepare_requests(pairs: Sequence[Tuple[str, str]], count: Callable[[str], in
 class BenchConfig:
     api_base: str
     tiers: Dict[str, Path]  # tier name (s1, s8, smax) → JSONL; absent tiers are skipped as on the platform
-    tokenizer_dir: Optional[Path] = None  # required: the user's --model-dir (a server's model id is never opened)
+    model_dir: Optional[Path] = None  # required: the served model's folder, whose tokenizer counts the lengths (a
+    # server's model id is never opened)
     trust_remote_code: bool = False  # run the tokenizer folder's own code (the user's trust-remote-code flag)
     output: Optional[Path] = None
     seed: int = 1
-    num_prompts: Optional[int] = None
+    rows: Optional[int] = None  # only the first N rows after shuffling (bench_serving's --num-prompts)
     warmup: bool = True
     flush_cache: bool = True
     settle_s: float = 1.0
@@ -98,6 +100,14 @@ class BenchConfig:
     concurrency_override: Dict[str, Optional[int]] = field(default_factory=dict)
     label: Optional[str] = None  # what is measured, in the user's words (recorded in the result)
     bundle: Optional[Dict[str, Any]] = None  # `soarpack inspect` of the bundle whose checkpoint the server runs
+    tokenizer_dir: InitVar[Optional[Path]] = None  # deprecated: `model_dir` (kept for one release)
+    num_prompts: InitVar[Optional[int]] = None  # deprecated: `rows`
+
+    def __post_init__(self, tokenizer_dir: Optional[Path], num_prompts: Optional[int]) -> None:
+        if tokenizer_dir is not None:
+            self.model_dir = deprecated_field("BenchConfig", "tokenizer_dir", "model_dir", tokenizer_dir, self.model_dir)
+        if num_prompts is not None:
+            self.rows = deprecated_field("BenchConfig", "num_prompts", "rows", num_prompts, self.rows)
 
 
 def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest], duration_s: float) -> dict:
@@ -165,7 +175,7 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
 def _token_counter(cfg: BenchConfig) -> Callable[[str], int]:
     from soarpack.bench.tokenizer import count_tokens, load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.tokenizer_dir, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
     return lambda text: count_tokens(tokenizer, text)
 
 
@@ -177,7 +187,7 @@ def partial_path(output: Path) -> Path:
 def check_bench_config(cfg: BenchConfig) -> None:
     http.check_api_base(cfg.api_base)
     http.check_deadline(cfg.deadline_s)
-    if cfg.tokenizer_dir is None:
+    if cfg.model_dir is None:
         # bench_serving falls back to the served model id; a server must not choose which folder's code runs here.
         raise ConfigError("bench needs --model-dir: the served model's folder, whose tokenizer counts the lengths",
                           "pass --model-dir with the checkpoint the server runs (the server's model id is never "
@@ -185,6 +195,8 @@ def check_bench_config(cfg: BenchConfig) -> None:
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
+    if cfg.rows is not None and cfg.rows < 1:
+        raise ConfigError(f"--rows {cfg.rows} must be at least 1", "leave --rows out to send every row")
     unknown = sorted(set(cfg.tiers) - set(TIER_CONCURRENCY))
     if unknown or not cfg.tiers:
         raise SoarpackError("no speed data for any tier" if not unknown else f"unknown tier(s) {unknown}",
@@ -196,7 +208,7 @@ def check_bench_config(cfg: BenchConfig) -> None:
 def bench_inputs(cfg: BenchConfig) -> list:
     """What a bench reads and its result must never replace: the speed files, the tokenizer, the bundle."""
     bundle = (cfg.bundle or {}).get("path")
-    return [*cfg.tiers.values(), *(p for p in (cfg.tokenizer_dir, bundle) if p is not None)]
+    return [*cfg.tiers.values(), *(p for p in (cfg.model_dir, bundle) if p is not None)]
 
 
 async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events) -> dict:
@@ -209,7 +221,7 @@ async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events)
     async with http.make_client(api_base, None, cfg.timeout_s) as client:
         served = await http.served_model(client)
         count = _token_counter(cfg)
-        prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.num_prompts) for name in pairs}
+        prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.rows) for name in pairs}
         report["model"] = served["id"]
         report["measured"] = {**bundle_measured, "served_model": served}
         report["versions"] = tool_versions()

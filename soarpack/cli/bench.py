@@ -28,16 +28,14 @@ _TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py
                "does; only for a folder you trust. Off: its files are read as data.")
 
 
-def _bundle_identity(bundle: Optional[Path]) -> Optional[dict]:
-    """What a result records of --bundle (read from its MANIFEST); a bad bundle stops the run before any request."""
-    if bundle is None:
-        return None
-    from soarpack.bundle.summary import inspect_bundle
+def _note(event) -> None:
+    """An eval's or bench's line: the --bundle it measures is always named, other notes unless -q."""
+    if event.phase == "bundle":
+        err_console.print(event.message, markup=False, highlight=False)
+    else:
+        _say(event.message)
 
-    summary = inspect_bundle(bundle)
-    err_console.print(f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})",
-                      markup=False, highlight=False)
-    return summary
+
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
@@ -149,29 +147,25 @@ def eval_cmd(
     """
     from rich.markup import escape
 
-    from soarpack.bench.evaluate import EvalConfig, check_eval_config, run_eval
+    from soarpack import api
     from soarpack.bench.render import print_eval
 
     model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
-    cfg = EvalConfig(api_base=api_base, data=data, output=output, model_dir=model_dir,
-                     trust_remote_code=trust_remote_code, concurrency=concurrency,
-                     num_samples=rows, timeout_s=timeout, max_tokens=max_tokens, stall_s=stall_timeout,
-                     deadline_s=deadline, retries=retries, resume=resume, force=force, label=label, bundle=_bundle_identity(bundle))
-    check_eval_config(cfg)
-    if model_dir is None:
-        _say("note: no --model-dir: requests carry no stop strings (the platform sends the model's eos tokens)")
     scores = []
     with progress_bars("eval") as update:
         def on_event(event) -> None:
             if event.kind != "progress":
-                return _say(event.message)
+                return _note(event)
             record = event.data
             scores.append(record["score"])
             note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
             update("rows", event.done, event.total, note)
 
-        report = run_eval(cfg, on_event)
+        report = api.eval(api_base=api_base, data=data, output=output, model_dir=model_dir,
+                          trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout=timeout,
+                          max_tokens=max_tokens, stall_timeout=stall_timeout, deadline=deadline, retries=retries,
+                          resume=resume, force=force, label=label, bundle=bundle, on_event=on_event).to_dict()
     print_eval(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
     if sink(as_json).json:
@@ -231,21 +225,24 @@ def bench_cmd(
       soarpack bench --api-base http://127.0.0.1:30000 --model-dir Q \\
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
+    from soarpack import api
     from soarpack.bench.render import print_bench
-    from soarpack.bench.speed import BenchConfig, check_bench_config, partial_path, run_bench
+    from soarpack.bench.speed import partial_path
 
     model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
     rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
-    tiers = {name: path for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
-    cfg = BenchConfig(api_base=api_base, tiers=tiers, tokenizer_dir=model_dir, trust_remote_code=trust_remote_code,
-                      output=output, seed=seed,
-                      num_prompts=rows, warmup=warmup, flush_cache=flush, settle_s=settle, stall_s=stall_timeout,
-                      deadline_s=deadline, label=label, bundle=_bundle_identity(bundle))
-    check_bench_config(cfg)
     partial_before = _file_identity(partial_path(output))
     with progress_bars("bench") as update:
+        def on_event(event) -> None:
+            if event.kind != "progress":
+                return _note(event)
+            update(event.phase, event.done, event.total, "")
+
         try:
-            report = run_bench(cfg, lambda e: update(e.phase, e.done, e.total, ""))
+            report = api.bench(api_base=api_base, s1=s1, s8=s8, smax=smax, model_dir=model_dir,
+                               trust_remote_code=trust_remote_code, output=output, seed=seed, rows=rows, warmup=warmup,
+                               flush=flush, settle=settle, stall_timeout=stall_timeout, deadline=deadline, label=label,
+                               bundle=bundle, on_event=on_event).to_dict()
         except KeyboardInterrupt:
             # shown even with -q, as an error is: the user must know what is (and is not) on disk
             err_console.print(f"interrupted: {printable(output)} was left as it was; "
@@ -359,15 +356,11 @@ def score_cmd(
       soarpack score --ours bench.json --eval eval.json \\
         --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS
     """
-    from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
+    from soarpack import api
     from soarpack.bench.render import print_score
 
-    best_durations = durations_from_bench(best) if best is not None else {}
-    for tier, value in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)):
-        if value is not None:
-            best_durations[tier] = value
-    overall = overall_from_eval(eval_json) if eval_json is not None else None
-    result = final_score(durations_from_bench(ours), best_durations, overall)
+    result = api.score(ours=ours, eval=eval_json, best=best, best_s1=best_s1, best_s8=best_s8,
+                       best_smax=best_smax).to_dict()
     print_score(_table_console(sink(as_json).json), result)
     if sink(as_json).json:
         typer.echo(json.dumps(result, indent=2))
@@ -418,7 +411,7 @@ def compare_cmd(
       soarpack compare eval-a.json bench-a.json eval-b.json bench-b.json \\
         --chart runs.png
     """
-    from soarpack.bench.compare import load_runs, render, score_runs
+    from soarpack import api
 
     if old_fmt is not None:
         err_console.print(f"note: compare --format {old_fmt.value} is now "
@@ -428,14 +421,10 @@ def compare_cmd(
         as_json = as_json or old_fmt.value == "json"
         table = table or (TableStyle(old_fmt.value) if old_fmt.value in ("md", "csv") else None)
     style = "json" if sink(as_json).json else table.value if table else "table"
-    runs = load_runs(results)
-    given = {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)) if v is not None}
-    best = score_runs(runs, given)
-    if chart is not None:
-        from soarpack.bench.chart import write_chart
-
-        _say(f"wrote {write_chart(runs, chart, inputs=results)}")
-    typer.echo(render(runs, style, best) if style == "json" else printable(render(runs, style, best), keep="\n"))
+    compared = api.compare(results, best_s1=best_s1, best_s8=best_s8, best_smax=best_smax, chart=chart,
+                           on_event=lambda event: _say(event.message))
+    runs = compared.runs
+    typer.echo(compared.render(style) if style == "json" else printable(compared.render(style), keep="\n"))
     for run in runs:
         if run.at_risk:
             _say(f"at risk: {run.name}: {run.gate.text()}")

@@ -62,11 +62,11 @@ def build_cmd(
     \b
       soarpack build --profile safe --calib my.jsonl
     """
-    from soarpack.bundle.build import PLATFORM, build_bundle
+    from soarpack import api
 
     out_ = sink(as_json)
-    result = build_bundle(out, profile=profile, recipe=recipe, sglang_src=sglang_src or PLATFORM, calib=calib or (),
-                          rows=rows, wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
+    result = api.build(output=out, profile=profile, recipe=recipe, sglang_src=sglang_src or None, calib=calib,
+                       rows=rows, wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
     if not wheels:
         out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
     if not result.risks:
@@ -183,13 +183,13 @@ def check_cmd(
     \b
       soarpack check soarpack-safe-w4-mlp-1a2b3c4d.tar.gz
     """
-    from soarpack.rehearse.check import check_bundle, diagnose_command, verdict
+    from soarpack import api
+    from soarpack.rehearse.check import diagnose_command, verdict
 
     sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
     out = sink(as_json)
-    report = check_bundle(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, work_dir=keep,
-                          keep=keep is not None, dev_stack=dev_stack, accept_risk=accept_risk or (), strict=strict,
-                          on_event=out.event)
+    report = api.check(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, keep=keep,
+                       dev_stack=dev_stack, accept_risk=accept_risk or (), strict=strict, on_event=out.event)
     if not out.json:
         _print_risks(report.risks)
     if report.logs_dir and not out.json:

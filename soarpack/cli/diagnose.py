@@ -107,12 +107,12 @@ def diagnose_cmd(
       soarpack diagnose logs/ eval.json
       soarpack diagnose --catalogue
     """
-    from soarpack.diagnose import diagnose
+    from soarpack import api
 
     if catalogue:
         _print_catalogue(sink(as_json).json)
         return
-    diagnosis = diagnose(paths or [])
+    diagnosis = api.diagnose(paths)
     if sink(as_json).json:
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -80,20 +80,21 @@ def quantize_cmd(
 
     Example: soarpack quantize MiniCPM-SALA sala-w4 --recipe w4-mlp
     """
+    from soarpack import api
     from soarpack.cli.progress import QuantizeProgress
-    from soarpack.quant.options import quantize_options
-    from soarpack.quant.run import quantize
+    # torch before the bar: the bar wraps sys.stderr, and torch's log handlers keep the stream they find at import,
+    # so imported under the bar its warnings would reach the terminal instead of the run's log.
+    import soarpack.quant.run  # noqa: F401
 
     out = sink(as_json, quiet, verbose)
     log = log or default_log_path(out_dir)
-    opts = quantize_options(recipe=recipe, calib=calib or None, held_out=held_out or None, rows=rows,
-                            max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log_file=log,
-                            sanity_max_loss=max_sanity_loss, float_dtype="float16" if fp16 else "bfloat16",
-                            auto_map=auto_map.value, quality=not no_report,
-                            library_output="terminal" if out.verbosity >= 2 else "log")
     # off a terminal: plain lines; on an error: the log's path; on Ctrl-C: where it stopped, and exit 130
     with QuantizeProgress(verbosity=out.verbosity, out_dir=out_dir, log=log) as progress:
-        result = quantize(model_dir, out_dir, opts, on_event=progress.render)
+        result = api.quantize(model_dir, out_dir, recipe=recipe, calib=calib, held_out=held_out, rows=rows,
+                              max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log=log,
+                              max_sanity_loss=max_sanity_loss, fp16=fp16, auto_map=auto_map.value,
+                              no_report=no_report, library_output="terminal" if out.verbosity >= 2 else "log",
+                              on_event=progress.render)
     if out.json:
         return out.result(result.to_dict())
     _print_result(result, out_dir, log)

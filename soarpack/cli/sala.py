@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -35,30 +35,10 @@ def tiny_model(
     \b
       soarpack tiny-model tiny --pattern SLLS
     """
-    from soarpack.errors import ConfigError
-    from soarpack.sala.config import LIGHTNING, SPARSE
-    from soarpack.sala.tiny import make_tiny_model
+    from soarpack import api
 
-    mixer_types: Optional[List[str]] = None
-    if pattern:
-        kinds = {"S": SPARSE, "L": LIGHTNING}
-        bad = sorted(set(pattern.upper()) - set(kinds))
-        if bad:
-            raise ConfigError(f"--pattern may hold only S and L, got {''.join(bad)!r}")
-        mixer_types = [kinds[c] for c in pattern.upper()]
-    path = make_tiny_model(
-        out,
-        num_layers=layers,
-        mixer_types=mixer_types,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        lightning_nh=heads,
-        vocab_size=vocab,
-        seed=seed,
-        force=force,
-    )
+    path = api.tiny_model(out, layers=layers, pattern=pattern, hidden=hidden, intermediate=intermediate, heads=heads,
+                          kv_heads=kv_heads, vocab=vocab, seed=seed, force=force)
     if sink(as_json).json:
         import json
 

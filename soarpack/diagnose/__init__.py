@@ -76,3 +76,7 @@ def diagnose_text(text: str, kind: str = "log", name: str = "<text>", entries: O
 
 
 __all__ = ["Diagnosis", "diagnose", "diagnose_inputs", "diagnose_text", "UNVERIFIED_NOTE"]
+
+from soarpack.apinames import make_callable as _make_callable
+
+_make_callable(__name__)  # `soarpack.diagnose(...)` is soarpack.api.diagnose

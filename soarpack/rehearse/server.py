@@ -71,7 +71,7 @@ def bench(s: Serving) -> Done:
     from soarpack.bench.speed import BenchConfig, run_bench
 
     s.bench = run_bench(BenchConfig(api_base=s.server.url, tiers={t: s.speed_path for t in ("s1", "s8", "smax")},
-                                    tokenizer_dir=s.ckpt, output=s.out_dir / "bench.json"))
+                                    model_dir=s.ckpt, output=s.out_dir / "bench.json"))
     tiers = s.bench.get("tiers", {})
     durations = {name: float(t["duration_s"]) for name, t in tiers.items()}
     failed = [name for name, t in tiers.items() if t.get("failed")]

@@ -1,0 +1,440 @@
+"""soarpack's Python API: the commands `quantize`, `build`, `check`, `eval`, `bench`, `score`, `compare`, `diagnose`
+(and `tiny_model`) as functions, with the command line's names (`--sglang-src` is `sglang_src=`, `-n/--rows` is
+`rows=`, `-o/--output` is `output=`).
+
+They print nothing: progress goes to an optional `on_event` callback (one `soarpack.steps.Event` per phase start,
+end, line or progress count), results come back typed, and bad input raises `soarpack.errors.SoarpackError` (its
+`message` and `hint` are what the command prints as `error:` and `hint:`). The CLI is a thin layer over these;
+`on_event=soarpack.cli.output.Sink().event` renders the events as the command does.
+
+Heavy libraries (torch, GPTQModel, transformers) are imported when a function runs, never by `import soarpack`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+
+from soarpack.deprecation import renamed_keywords
+from soarpack.facts import limits
+from soarpack.steps import Event, EventCallback, no_events
+
+if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
+    from soarpack.bench.results import BenchResult, CompareResult, EvalResult, ScoreResult
+    from soarpack.bundle.build import BuildResult
+    from soarpack.diagnose import Diagnosis
+    from soarpack.quant.run import QuantizeResult
+    from soarpack.rehearse.check import CheckReport
+
+PathLike = Union[str, "os.PathLike[str]"]
+Paths = Union[PathLike, Sequence[PathLike], None]
+
+__all__ = ["quantize", "build", "check", "eval", "bench", "score", "compare", "diagnose", "tiny_model"]
+
+
+def _paths(value: Paths) -> Optional[List[Path]]:
+    """One path or several, as a list; None or empty stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return [Path(value)]
+    return [Path(v) for v in value] or None
+
+
+def _path(value: Optional[PathLike]) -> Optional[Path]:
+    return None if value is None else Path(value)
+
+
+def _events(on_event: Optional[EventCallback]) -> EventCallback:
+    return on_event or no_events
+
+
+@renamed_keywords(log_file="log", sanity_max_loss="max_sanity_loss")
+def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = None, calib: Paths = None,
+             held_out: Paths = None, rows: Optional[int] = None, max_len: Optional[int] = None,
+             seed: Optional[int] = None, batch: Optional[int] = None, device: str = "auto", force: bool = False,
+             log: Optional[PathLike] = None, max_sanity_loss: Optional[float] = None, fp16: bool = False,
+             auto_map: str = "keep", no_report: bool = False, library_output: str = "log",
+             on_event: Optional[EventCallback] = None) -> QuantizeResult:
+    """GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
+
+    The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
+    report in OUT/soarpack_quant_report.json. Nothing is printed.
+
+    Parameters (the command's flags):
+        model_dir        the original checkpoint directory (MODEL_DIR)
+        out_dir          where to write the quantized checkpoint (OUT); must not exist or be empty unless `force`
+        recipe           a built-in recipe name (`soarpack recipes`) or a recipe .toml path; default "w4-mlp"
+        calib            calibration file(s), JSONL or text (--calib); default: the built-in prompts
+        held_out         held-out file(s) for the sanity loss and KL (--held-out); default: built-in prompts
+        rows, max_len, seed, batch
+                         calibration rows, tokens per row, seed, rows per forward (--rows, --max-len, --seed,
+                         --batch); default: the recipe's, else soarpack's (256, 2048, 0, 8)
+        device           "auto" (a GPU when there is one), "cpu" or "cuda" (--device)
+        force            replace a non-empty OUT (--force)
+        log              append the run's log, and the libraries' own output, to this file (--log); default: no
+                         log file, and the libraries' own output (GPTQModel's banner, torch's warnings) is dropped
+        max_sanity_loss  stop if the original model's loss on the held-out rows exceeds this many nats
+                         (--max-sanity-loss); default 8.0
+        fp16             store the non-quantized tensors in float16 instead of bfloat16 (--fp16)
+        auto_map         "keep", or "drop-config" to remove auto_map.AutoConfig (--auto-map)
+        no_report        skip the KL quality measurement (--no-report)
+        library_output   "log" (default) or "terminal": where the libraries' own output goes while the run lasts
+        on_event         called with each soarpack.steps.Event (phase start/end, a line, a GPTQ layer started)
+
+    Returns a soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
+    sanity_loss, calibration (rows asked and used, and who set each setting), timings, quality (KL mean/max, top-1
+    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.
+
+    Raises soarpack.errors.SoarpackError for bad input (a refusal names the flag, e.g. `--rows`).
+
+    Example:
+        >>> import soarpack
+        >>> tiny = soarpack.tiny_model("tiny", layers=2)
+        >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
+        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]
+    """
+    from soarpack.quant import run as quant_run
+    from soarpack.quant.options import quantize_options
+
+    given: Dict[str, Any] = dict(recipe=recipe, sanity_max_loss=max_sanity_loss)
+    opts = quantize_options(**{k: v for k, v in given.items() if v is not None}, calib=_paths(calib),
+                            held_out=_paths(held_out), rows=rows, max_len=max_len, seed=seed, batch=batch,
+                            device=device, force=force, log_file=_path(log),
+                            float_dtype="float16" if fp16 else "bfloat16", auto_map=auto_map, quality=not no_report,
+                            library_output=library_output)
+    return quant_run.quantize(model_dir, out_dir, opts, on_event=_events(on_event))
+
+
+@renamed_keywords(out="output")
+def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
+          calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
+          output: Optional[PathLike] = None, force: bool = False,
+          on_event: Optional[EventCallback] = None) -> BuildResult:
+    """Build the submission .tar.gz: entry scripts, soarpack, the profile, calibration data, wheels, MANIFEST.json.
+
+    The same as `soarpack build`. Every input is checked before the slow parts (the wheels, cached once, and the
+    packing). Nothing is printed; the risk lines the command prints come as "problem" events and in `risks`.
+
+    Parameters (the command's flags):
+        profile     serving profile name (`soarpack profiles`) or a profile .toml (--profile); default "safe"
+        recipe      quantization recipe instead of the profile's (--recipe)
+        sglang_src  ship this SGLang fork checkout, patched (--sglang-src); default: ship the patch set, applied
+                    to the image's fork on the platform
+        calib       calibration file(s) to ship (--calib); default: the built-in prompts
+        rows        calibration rows the platform's quantize asks for; default: the recipe's, else 256
+        wheels      bundle the quantization stack as CPython 3.10 wheels (--wheels / --no-wheels)
+        wheel_dir   bundle exactly the wheels of this folder instead (--wheel-dir)
+        output      the tarball to write (-o/--output); default soarpack-PROFILE-RECIPE-HASH.tar.gz here
+        force       replace an existing output with other bytes (--force)
+        on_event    called with each soarpack.steps.Event
+
+    Returns a soarpack.bundle.build.BuildResult: path, size, id, manifest, warnings, risks, placed ("created",
+    "replaced" or "up-to-date"); `to_dict()` is what `--json` prints.
+
+    Example:
+        >>> bundle = soarpack.build(profile="safe", calib=["my.jsonl"])
+        >>> bundle.path, bundle.id
+    """
+    from soarpack.bundle.build import PLATFORM, build_bundle
+
+    return build_bundle(_path(output), profile=profile, recipe=recipe,
+                        sglang_src=sglang_src if sglang_src is not None else PLATFORM, calib=_paths(calib) or (),
+                        rows=rows, wheels=wheels, wheel_dir=_path(wheel_dir), force=force,
+                        on_event=_events(on_event))
+
+
+@renamed_keywords(sglang_fork="sglang_src")
+def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
+          keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
+          strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
+    """Rehearse what the platform does with a bundle; every step passes, fails, or is skipped with its reason.
+
+    The same as `soarpack check BUNDLE`: safe extraction, size, hashes, credentials, wheel tags, then (unless
+    `rehearse=False`) prepare_env.sh sourced on a stand-in of the image's Python stack and a tiny model quantized
+    and verified. Nothing is printed.
+
+    Parameters (the command's flags):
+        bundle       the .tar.gz written by build (BUNDLE); default: the newest soarpack-*.tar.gz here
+        rehearse     source prepare_env.sh and quantize a tiny model (--rehearse / --no-rehearse)
+        sglang_src   a checkout of the image's SGLang fork, to rehearse patching and loading (--sglang-src)
+        keep         rehearse in this (new or empty) folder and keep it (--keep DIR)
+        dev_stack    rehearse on this environment's Python instead of the image's stack: faster, no proof for the
+                     platform, never "uploadable" (--dev-stack)
+        accept_risk  risk names that no longer block (--accept-risk, repeatable)
+        strict       every risk not accepted blocks (--strict)
+        on_event     called with each soarpack.steps.Event (a step's "end" carries its StepResult)
+
+    Returns a soarpack.rehearse.check.CheckReport: `uploadable`, `steps` (name, status, detail, seconds),
+    `risks`, `gate()`, `logs_dir` (a failed rehearsal's kept logs, for `soarpack.diagnose`); `to_dict()` is
+    what `--json` prints.
+
+    Example:
+        >>> report = soarpack.check(bundle.path, dev_stack=True)
+        >>> report.uploadable, [(s.name, s.status) for s in report.steps]
+    """
+    from soarpack.rehearse import check as rehearse_check
+
+    if bundle is None:
+        from soarpack.bundle.build import newest_bundle
+
+        bundle = newest_bundle()
+        _events(on_event)(Event("info", "bundle", f"bundle: {bundle}"))
+    return rehearse_check.check_bundle(Path(bundle), rehearse=rehearse, sglang_src=_path(sglang_src),
+                                       work_dir=_path(keep), keep=keep is not None, dev_stack=dev_stack,
+                                       accept_risk=tuple(accept_risk or ()), strict=strict,
+                                       on_event=_events(on_event))
+
+
+def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Optional[dict]:
+    """What a result records of `bundle` (read from its MANIFEST); a bad bundle stops the run before any request."""
+    if bundle is None:
+        return None
+    from soarpack.bundle.summary import inspect_bundle
+
+    summary = inspect_bundle(Path(bundle))
+    on_event(Event("info", "bundle", f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})"))
+    return summary
+
+
+@renamed_keywords(num_samples="rows", model_path="model_dir", timeout_s="timeout", stall_s="stall_timeout",
+                  deadline_s="deadline")
+def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
+         concurrency: int = 32, rows: Optional[int] = None, timeout: float = limits.EVAL_TIMEOUT_S,
+         stall_timeout: float = 60.0, deadline: Optional[float] = None, retries: int = 0,
+         max_tokens: int = limits.EVAL_MAX_TOKENS, output: Optional[PathLike] = None, resume: bool = False,
+         force: bool = False, label: Optional[str] = None, bundle: Optional[PathLike] = None,
+         on_event: Optional[EventCallback] = None) -> EvalResult:
+    """Score a running server on the correctness set as the platform's eval_model.py does.
+
+    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
+    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
+    measured against the same server and model, from the same data. Nothing is printed.
+
+    Parameters (the command's flags):
+        api_base           server address with its scheme, e.g. "http://127.0.0.1:30000" (--api-base)
+        data               JSONL with {task, question, gold} per line, e.g. perf_public_set.jsonl (--data)
+        model_dir          the served model's folder: stop strings from its generation config and tokenizer, as on
+                           the platform (--model-dir); default: none are sent
+        trust_remote_code  run the tokenizer's own code from model_dir (--trust-remote-code)
+        concurrency        requests in flight at most (--concurrency); default 32
+        rows               only the first N rows (-n/--rows); default: every row
+        timeout            per-request timeout in seconds (--timeout); default the platform's
+        stall_timeout      fail a reply that started but then sends nothing this long (--stall-timeout); 60
+        deadline           fail a request not answered in full within this long (--deadline); default off
+        retries            send a failed request again up to N times (--retries); the platform does not
+        max_tokens         max_tokens per request (--max-tokens); default the platform's
+        output             the result JSON to write and resume (-o/--output); default: none is written (the
+                           command's default is eval.json)
+        resume             resume `output` although its server or model differ (--resume)
+        force              start `output` over; the old file is kept as NAME.old-N.json (--force)
+        label              what is measured, in your words; recorded (--label)
+        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
+        on_event           called with each soarpack.steps.Event: a "progress" event per scored row (its
+                           `data` is the row's record), "info" for notes
+
+    Returns a soarpack.bench.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 loses score),
+    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.
+
+    Example:
+        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
+        ...                        model_dir="sala-w4", rows=50, output="eval.json")
+        >>> result.ori_accuracy, result.c_factor
+    """
+    from soarpack.bench.evaluate import EvalConfig, check_eval_config, run_eval
+    from soarpack.bench.results import EvalResult
+
+    events = _events(on_event)
+    cfg = EvalConfig(api_base=api_base, data=Path(data), output=_path(output), model_dir=_path(model_dir),
+                     trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout_s=timeout,
+                     max_tokens=max_tokens, stall_s=stall_timeout, deadline_s=deadline, retries=retries,
+                     resume=resume, force=force, label=label)
+    check_eval_config(cfg)  # bad settings are refused before the bundle is read
+    cfg.bundle = _bundle_identity(bundle, events)
+    if cfg.model_dir is None:
+        events(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
+                                     "model's eos tokens)"))
+    return EvalResult.from_report(run_eval(cfg, events), cfg.output)
+
+
+@renamed_keywords(num_prompts="rows", tokenizer_dir="model_dir", tokenizer="model_dir", flush_cache="flush",
+                  settle_s="settle", stall_s="stall_timeout", deadline_s="deadline")
+def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike] = None,
+          smax: Optional[PathLike] = None, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
+          output: Optional[PathLike] = None, seed: int = 1, rows: Optional[int] = None, warmup: bool = True,
+          flush: bool = True, settle: float = 1.0, stall_timeout: float = 600.0, deadline: float = 6 * 60 * 60,
+          label: Optional[str] = None, bundle: Optional[PathLike] = None,
+          on_event: Optional[EventCallback] = None) -> BenchResult:
+    """Time the S1, S8 and Smax tiers against a running server with the platform's bench_serving semantics.
+
+    The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
+    run (concurrency 1, 8, unbounded). `output` is replaced only when every tier finished; until then the finished
+    tiers are in OUTPUT.partial.json. Nothing is printed.
+
+    Parameters (the command's flags):
+        api_base           server address with its scheme (--api-base)
+        s1, s8, smax       speed JSONL per tier, {question, model_response} per line (--s1, --s8, --smax); a
+                           tier without one is skipped, as on the platform (`soarpack speedset` writes them)
+        model_dir          the served model's folder, whose tokenizer counts max_new_tokens (--model-dir); required
+        trust_remote_code  run the tokenizer's own code from model_dir (--trust-remote-code)
+        output             the result JSON (-o/--output), what score and compare read; default: none is written
+                           (the command's default is bench.json)
+        seed               shuffle seed (--seed); the platform uses 1
+        rows               only the first N rows after shuffling (-n/--rows)
+        warmup, flush      one warm-up request, and POST /flush_cache, before each tier (--warmup, --flush)
+        settle             seconds to wait after the flush (--settle); default 1
+        stall_timeout      fail a request whose stream sends nothing this long (--stall-timeout); default 600
+        deadline           fail a request not finished within this long (--deadline); default 6 h
+        label              what is measured, in your words; recorded (--label)
+        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
+        on_event           called with each soarpack.steps.Event: "progress" per finished request (phase = tier)
+
+    Returns a soarpack.bench.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, failed,
+    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.
+
+    Example:
+        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
+        ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
+        >>> {name: tier.duration_s for name, tier in result.tiers.items()}
+    """
+    from soarpack.bench.results import BenchResult
+    from soarpack.bench.speed import BenchConfig, check_bench_config, run_bench
+
+    events = _events(on_event)
+    tiers = {name: Path(path) for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
+    cfg = BenchConfig(api_base=api_base, tiers=tiers, model_dir=_path(model_dir), trust_remote_code=trust_remote_code,
+                      output=_path(output), seed=seed, rows=rows, warmup=warmup, flush_cache=flush, settle_s=settle,
+                      stall_s=stall_timeout, deadline_s=deadline, label=label)
+    check_bench_config(cfg)  # bad settings are refused before the bundle is read
+    cfg.bundle = _bundle_identity(bundle, events)
+    return BenchResult.from_report(run_bench(cfg, events), cfg.output)
+
+
+def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[PathLike] = None,
+          best_s1: Optional[float] = None, best_s8: Optional[float] = None,
+          best_smax: Optional[float] = None) -> ScoreResult:
+    """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours per tier.
+
+    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
+    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
+    file's tier.
+
+    Parameters (the command's flags):
+        ours       our bench JSON (soarpack bench -o) (--ours)
+        eval       our eval JSON (--eval); without it C = 1 is assumed (`c_assumed`)
+        best       a bench JSON holding the best durations (--best)
+        best_s1, best_s8, best_smax
+                   best duration of a tier in seconds (--best-s1, --best-s8, --best-smax)
+
+    Returns a soarpack.bench.results.ScoreResult: tier_scores, speed_score, c_factor, final_score, ours_s, best_s.
+    Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had failures.
+
+    Example:
+        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90).final_score
+    """
+    from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
+    from soarpack.bench.results import ScoreResult
+
+    best_durations = durations_from_bench(Path(best)) if best is not None else {}
+    for tier, value in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)):
+        if value is not None:
+            best_durations[tier] = value
+    overall = overall_from_eval(Path(eval)) if eval is not None else None
+    return ScoreResult(**final_score(durations_from_bench(Path(ours)), best_durations, overall))
+
+
+def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optional[float] = None,
+            best_smax: Optional[float] = None, chart: Optional[PathLike] = None,
+            on_event: Optional[EventCallback] = None) -> CompareResult:
+    """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final, and each run's gate.
+
+    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
+    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
+
+    Parameters (the command's flags):
+        results    eval and bench result files (RESULTS)
+        best_s1, best_s8, best_smax
+                   best time of a tier in seconds (--best-s1, --best-s8, --best-smax)
+        chart      also draw bench tiers and accuracy per task into this PNG (--chart; needs matplotlib)
+        on_event   called with an "info" event naming the chart written
+
+    Returns a soarpack.bench.results.CompareResult: runs (soarpack.bench.compare.Run: accuracy, gate, c, scores,
+    final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command prints
+    (`table`, `md`, `csv` or `json`).
+
+    Example:
+        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
+        >>> print(runs.render("md")); runs.below_gate
+    """
+    from soarpack.bench.compare import load_runs, score_runs
+    from soarpack.bench.results import CompareResult
+
+    paths = _paths(results) or []
+    runs = load_runs(paths)
+    best = score_runs(runs, {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax))
+                             if v is not None})
+    if chart is not None:
+        from soarpack.bench.chart import write_chart
+
+        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, Path(chart), inputs=paths)}"))
+    return CompareResult(runs, best)
+
+
+def diagnose(paths: Paths) -> Diagnosis:
+    """Name the known failures in a run's logs and results, with their cause and fix.
+
+    The same as `soarpack diagnose LOG_OR_DIR...`. Reads logs (prepare_env.log, prepare_model.log, quantize.log, a
+    server log), soarpack eval/bench JSON, or folders of them (a kept `check` folder, CheckReport.logs_dir), and
+    matches the catalogue of known failures (soarpack/diagnose/catalogue.toml, each citing its source).
+
+    Parameters:
+        paths   log files, result files or folders (LOG_OR_DIR)
+
+    Returns a soarpack.diagnose.Diagnosis: findings (each with `entry(finding)`: title, cause, fix, sources),
+    excerpts (first error and last traceback of a log nothing known explains), exit_code (0 nothing found, 1 a
+    known failure); `to_dict()` is what `--json` prints.
+
+    Example:
+        >>> found = soarpack.diagnose([report.logs_dir])
+        >>> [(f.entry_id, found.entry(f).fix) for f in found.findings]
+    """
+    from soarpack.diagnose import diagnose as diagnose_paths
+
+    return diagnose_paths(_paths(paths) or [])
+
+
+def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None, hidden: int = 256,
+               intermediate: int = 640, heads: int = 2, kv_heads: int = 1, vocab: int = 512, seed: int = 0,
+               force: bool = False) -> Path:
+    """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout; return its path.
+
+    The same as `soarpack tiny-model OUT`: config, tokenizer (trained to `vocab`), chat template and shards,
+    small enough to quantize on a CPU in seconds. For trying quantize, build and check without the real model.
+
+    Parameters (the command's flags):
+        out           the directory to write (OUT), atomically
+        layers        number of decoder layers (--layers)
+        pattern       layer kinds as S (sparse) and L (lightning), e.g. "SLLS"; overrides layers (--pattern)
+        hidden, intermediate, heads, kv_heads, vocab
+                      hidden_size, intermediate_size, attention heads, KV heads, vocabulary size
+        seed          seed for the weights and the tokenizer (--seed)
+        force         replace a non-empty `out` (--force)
+
+    Example:
+        >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
+    """
+    from soarpack.errors import ConfigError
+    from soarpack.sala.config import LIGHTNING, SPARSE
+    from soarpack.sala.tiny import make_tiny_model
+
+    mixer_types: Optional[List[str]] = None
+    if pattern:
+        kinds = {"S": SPARSE, "L": LIGHTNING}
+        bad = sorted(set(pattern.upper()) - set(kinds))
+        if bad:
+            raise ConfigError(f"--pattern may hold only S and L, got {''.join(bad)!r}")
+        mixer_types = [kinds[c] for c in pattern.upper()]
+    return make_tiny_model(out, num_layers=layers, mixer_types=mixer_types, hidden_size=hidden,
+                           intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                           lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)
