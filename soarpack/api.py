@@ -217,7 +217,7 @@ def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None,
         data               JSONL with {task, question, gold} per line, e.g. perf_public_set.jsonl (--data)
         model_dir          the served model's folder: stop strings from its generation config and tokenizer, as on
                            the platform (--model-dir); default: none are sent
-        trust_remote_code  run the tokenizer's own code from model_dir (--trust-remote-code)
+        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
         concurrency        requests in flight at most (--concurrency); default 32
         rows               only the first N rows (-n/--rows); default: every row
         timeout            per-request timeout in seconds (--timeout); default the platform's
@@ -277,7 +277,7 @@ def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike
         s1, s8, smax       speed JSONL per tier, {question, model_response} per line (--s1, --s8, --smax); a
                            tier without one is skipped, as on the platform (`soarpack speedset` writes them)
         model_dir          the served model's folder, whose tokenizer counts max_new_tokens (--model-dir); required
-        trust_remote_code  run the tokenizer's own code from model_dir (--trust-remote-code)
+        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
         output             the result JSON (-o/--output), what score and compare read; default: none is written
                            (the command's default is bench.json)
         seed               shuffle seed (--seed); the platform uses 1

@@ -313,7 +313,8 @@ def test_a_refusal_names_the_flag_the_user_knows(tmp_path):
 
 
 def test_eval_bench_score_compare_return_typed_results_and_print_nothing(tmp_path, capfd):
-    from fake_sglang_server import ChatReply, FakeSGLang, make_tiny_tokenizer
+    from soarpack.serve.fake_server import ChatReply, FakeSGLang
+    from tiny_tokenizer import make_tiny_tokenizer
 
     from soarpack.bench.compare import Run
     from soarpack.bench.results import BenchResult, CompareResult, EvalResult, ScoreResult
@@ -364,7 +365,7 @@ def _bench_json(tmp_path: Path) -> Path:
 
 
 def test_the_clis_sink_renders_the_api_events_as_the_command_does(tmp_path, capsys):
-    from fake_sglang_server import ChatReply, FakeSGLang
+    from soarpack.serve.fake_server import ChatReply, FakeSGLang
 
     from soarpack.cli.output import Sink
 

@@ -18,7 +18,6 @@ from soarpack.cli.helpformat import SHORT_HELP_LIMIT
 from soarpack.cli.quant import HISTOGRAM_WIDTH, histogram_bar
 
 ROOT = Path(__file__).resolve().parent.parent
-GROUPS = ("sglang", "wheels")
 
 
 def _help(*words, width=80):
@@ -35,7 +34,7 @@ def _commands():
     """{"quantize": click command, "sglang check": ..., ...} for every command, hidden ones too."""
     out = {}
     for name, cmd in _root().commands.items():
-        if name in GROUPS:
+        if hasattr(cmd, "commands"):  # a group (sglang, wheels, cache): its subcommands
             out.update({f"{name} {sub}": c for sub, c in cmd.commands.items()})
         else:
             out[name] = cmd
@@ -126,7 +125,8 @@ def _readme_invocations():
     snippets = re.findall(r"`([^`\n]*soarpack [^`\n]*)`", text)
     for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
         snippets += [line for line in block.replace("\\\n", " ").splitlines() if "soarpack " in line]
-    commands, groups = _commands(), {n for n in GROUPS}
+    commands = _commands()
+    groups = {n for n, c in _root().commands.items() if hasattr(c, "commands")}
     out = []
     for snippet in snippets:
         for part in re.split(r"&&|\|\s|;|(?<=\s)#", snippet):
@@ -203,7 +203,7 @@ def test_histogram_bars_are_scaled_to_the_largest_bucket():
 
 
 def test_calib_draws_different_counts_as_different_lengths(tmp_path):
-    from fake_sglang_server import make_tiny_tokenizer
+    from tiny_tokenizer import make_tiny_tokenizer
 
     tok = make_tiny_tokenizer(tmp_path / "tok")
     rows = tmp_path / "mix.jsonl"

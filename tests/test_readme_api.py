@@ -45,7 +45,8 @@ def test_the_example_calls_the_documented_steps():
 
 def _results(folder: Path) -> None:
     """eval.json and bench.json, measured by the API against the stand-in server."""
-    from fake_sglang_server import ChatReply, FakeSGLang, make_tiny_tokenizer
+    from soarpack.serve.fake_server import ChatReply, FakeSGLang
+    from tiny_tokenizer import make_tiny_tokenizer
 
     from soarpack import api
 

@@ -11,11 +11,12 @@ import typer
 from soarpack.cli import command
 from soarpack.cli.output import sink
 from soarpack.errors import ConfigError
+from soarpack.facts import launch
 
 
 @command("fake-server")
 def fake_server_cmd(
-    port: int = typer.Option(30000, "--port", metavar="N", min=0, max=65535,
+    port: int = typer.Option(launch.PORT, "--port", metavar="N", min=0, max=65535,
                              help="Port on 127.0.0.1 (0: a free one; the address is printed)."),
     model_id: str = typer.Option("fake-sala", "--model-id", metavar="NAME", help="The id /v1/models reports."),
     ttft: float = typer.Option(0.05, "--ttft", metavar="SECONDS", min=0.0,
