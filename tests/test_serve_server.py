@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.cli import app
+from soarpack.errors import ConfigError
 from soarpack.rehearse import server as R
 from soarpack.serve import server as S
 from soarpack.steps import FAIL, PASS, SKIP
@@ -119,6 +120,28 @@ def test_ready_server_is_evaluated_benched_scored_and_stopped(tiny_model_dir, pu
     assert result.report.status() == {"server start": PASS, "eval": PASS, "bench": PASS, "server stop": PASS, "score": PASS}
     assert result.report["score"].data["c_factor"] == 1.0 and result.report["eval"].data["scored"] == 10
     assert result.report["server stop"].data["exit_code"] == 0
+
+
+def test_max_tokens_caps_the_eval_and_the_bench_and_says_the_accuracy_is_not_the_platforms(
+        tiny_model_dir, public_set, standin_env, tmp_path):
+    data, answers = public_set
+    env = dict(standin_env, FAKE_SGLANG_MODE="ready", FAKE_SGLANG_ANSWERS=str(answers))
+    out = tmp_path / "out"
+    result = R.rehearse_server(tiny_model_dir, "safe", data, out, port=_free_port(), per_task=1, bench_rows=2,
+                               ready_timeout_s=60, max_tokens=8, env=env)
+    assert result.report.status()["eval"] == PASS and result.report.status()["bench"] == PASS
+    rows = json.loads((out / "eval.json").read_text())["rows"]
+    assert rows and {r["key"]["max_tokens"] for r in rows} == {8}
+    assert result.report["eval"].data["max_tokens"] == 8
+    assert "answers cut at 8 tokens" in result.report["eval"].detail and "not the platform's accuracy" in \
+        result.report["eval"].detail
+    from soarpack.bench.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    speed = [json.loads(line) for line in (out / "speed-short.jsonl").read_text().splitlines()]
+    assert all(len(tok.encode(r["model_response"], add_special_tokens=False)) <= 8 for r in speed)
+    with pytest.raises(ConfigError, match="--max-tokens"):
+        R.rehearse_server(tiny_model_dir, "safe", data, tmp_path / "o2", max_tokens=0)
 
 
 def test_a_server_that_dies_at_start_shows_its_last_log_lines(tiny_model_dir, public_set, standin_env, tmp_path):

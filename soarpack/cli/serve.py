@@ -256,6 +256,10 @@ def rehearse_server_cmd(
     per_task: int = typer.Option(6, "--per-task", metavar="N", min=1, help="Eval rows per task (a stratified slice)."),
     bench_rows: int = typer.Option(8, "--bench-rows", metavar="N", min=1, help="Rows of the short bench (each tier)."),
     ready_timeout: float = typer.Option(600.0, "--ready-timeout", metavar="SECONDS", help="How long to wait for /health."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", metavar="N", min=1,
+                                             help="Cap every answer (eval and bench) at N tokens, to rehearse the "
+                                                  "steps quickly, e.g. on random weights; the accuracy is then not "
+                                                  "the platform's. Default: the platform's limits."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PYTHON",
                                          help="The Python with the fork installed; default: this one."),
     as_json: bool = typer.Option(False, "--json", help="Print the result and its steps as JSON."),
@@ -278,7 +282,8 @@ def rehearse_server_cmd(
 
     sink_ = sink(as_json)
     result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
-                             bench_rows=bench_rows, ready_timeout_s=ready_timeout, on_event=sink_.event)
+                             bench_rows=bench_rows, ready_timeout_s=ready_timeout, max_tokens=max_tokens,
+                             on_event=sink_.event)
     sink_.result(result.to_dict(), result.gate or result.summary)
     if not result.ok:
         raise typer.Exit(1)

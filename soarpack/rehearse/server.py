@@ -36,6 +36,7 @@ class Serving:
     bench_rows: int
     ready_timeout_s: float
     eval_timeout_s: float
+    max_tokens: Optional[int]
     env: Optional[Dict[str, str]]
     on_event: EventCallback
     server: Optional[Server] = None
@@ -58,12 +59,17 @@ def server_start(s: Serving) -> Done:
 def evaluate(s: Serving) -> Done:
     from soarpack.bench.evaluate import EvalConfig, run_eval
 
-    s.eval = run_eval(EvalConfig(api_base=s.server.url, data=s.slice_path, output=s.out_dir / "eval.json",
-                                 model_dir=s.ckpt, timeout_s=s.eval_timeout_s))
+    cap = {} if s.max_tokens is None else {"max_tokens": s.max_tokens}
+    cfg = EvalConfig(api_base=s.server.url, data=s.slice_path, output=s.out_dir / "eval.json", model_dir=s.ckpt,
+                     timeout_s=s.eval_timeout_s, **cap)
+    s.eval = run_eval(cfg)
     data = {k: s.eval[k] for k in ("scored", "total", "ori_accuracy", "overall_accuracy", "c_factor", "complete")}
     data["errors"] = len(s.eval["errors"])
+    data["max_tokens"] = cfg.max_tokens
+    capped = "" if s.max_tokens is None else (f"; answers cut at {cfg.max_tokens} tokens (--max-tokens; the platform "
+                                              f"allows {limits.EVAL_MAX_TOKENS}): not the platform's accuracy")
     return Done(f"{s.eval['scored']}/{s.eval['total']} rows, {len(s.eval['errors'])} error(s), "
-                f"ori_accuracy {s.eval['ori_accuracy']:.2f}", data)
+                f"ori_accuracy {s.eval['ori_accuracy']:.2f}{capped}", data)
 
 
 @step("bench", needs=["server start"])
@@ -134,8 +140,12 @@ class RehearsalResult:
 def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
                     port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
                     ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = limits.EVAL_TIMEOUT_S,
-                    env: Optional[Dict[str, str]] = None, on_event: EventCallback = no_events) -> RehearsalResult:
-    """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score."""
+                    max_tokens: Optional[int] = None, env: Optional[Dict[str, str]] = None,
+                    on_event: EventCallback = no_events) -> RehearsalResult:
+    """Start the server on `ckpt` with `profile`'s args, eval a stratified slice of `data`, bench briefly, score.
+
+    `max_tokens` caps every answer, the eval's and the short bench's: a random-weight model never stops early, so a
+    rehearsal of the steps on one fits a short GPU lease; its accuracy then says nothing about the platform's."""
     from soarpack.bench import speedset as ss
     from soarpack.bench.evaluate import load_eval_rows
     from soarpack.bench.tokenizer import load_tokenizer
@@ -149,12 +159,15 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
     rows = stratified_slice(load_eval_rows(data), per_task)
     out_dir.mkdir(parents=True, exist_ok=True)
     slice_path = ss.write_jsonl(out_dir / "eval-slice.jsonl", rows)
-    short_mix = {"input": (ss.Bucket(16, 2048, 1.0),), "output": (ss.Bucket(16, 256, 1.0),)}
+    if max_tokens is not None and max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, not {max_tokens}", "pass a positive token count")
+    out_hi = 256 if max_tokens is None else min(256, max_tokens)
+    short_mix = {"input": (ss.Bucket(16, 2048, 1.0),), "output": (ss.Bucket(min(16, out_hi - 1), out_hi, 1.0),)}
     speed_rows, _ = ss.make_speedset(load_tokenizer(ckpt), bench_rows, short_mix, seed=1)
     speed_path = ss.write_jsonl(out_dir / "speed-short.jsonl", speed_rows)
 
     ctx = Serving(ckpt, out_dir, launch_command(ckpt, prof.args, port, python), port, rows, slice_path, speed_path,
-                  bench_rows, ready_timeout_s, eval_timeout_s, env, on_event)
+                  bench_rows, ready_timeout_s, eval_timeout_s, max_tokens, env, on_event)
     try:
         report = Runner(STEPS, on_event).run(ctx)
     finally:
