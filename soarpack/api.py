@@ -123,7 +123,7 @@ def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang
         sglang_src  ship this SGLang fork checkout, patched (--sglang-src); default: ship the patch set, applied
                     to the image's fork on the platform
         calib       calibration file(s) to ship (--calib); default: the built-in prompts
-        rows        calibration rows the platform's quantize asks for; default: the recipe's, else 256
+        rows        calibration rows the platform's quantize asks for (-n/--rows); default: the recipe's, else 256
         wheels      bundle the quantization stack as CPython 3.10 wheels (--wheels / --no-wheels)
         wheel_dir   bundle exactly the wheels of this folder instead (--wheel-dir)
         output      the tarball to write (-o/--output); default soarpack-PROFILE-RECIPE-HASH.tar.gz here
