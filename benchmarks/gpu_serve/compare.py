@@ -160,57 +160,46 @@ def cmd_reference(a) -> int:
         model = load_model(ckpt, dtype=torch.bfloat16, device=a.device)
     model = model.to(device=a.device).eval()  # not .to(dtype): the Lightning decay buffers stay float64
     if a.follow:
-        return _follow(a, ckpt, model, quantized)
+        served = json.loads(Path(a.follow).read_text(encoding="utf-8"))["rows"]
     rows = []
     with torch.no_grad():
-        for ids in prompt_ids(ckpt):
-            cache = model.new_cache()
-            logits = model(torch.tensor([ids], device=a.device), cache=cache)
-            tokens, margins = [], []
-            for _ in range(a.new_tokens):
-                last = logits[0, -1].float()
-                nxt = last.argmax()  # the first of equal maxima, as SalaForCausalLM.greedy and torch.argmax pick
-                top = torch.topk(last, 2).values
-                tokens.append(int(nxt))
-                margins.append(float(top[0] - top[1]))  # 0: a tie in bf16 logits, either token is right
-                logits = model(nxt.view(1, 1), cache=cache)
-            rows.append({"input_ids": ids, "tokens": tokens, "margins": margins})
-    result = {"ckpt": str(ckpt), "quantized": quantized, "reference": "soarpack SalaForCausalLM greedy, bf16",
+        for i, ids in enumerate(prompt_ids(ckpt)):
+            if not a.follow:
+                steps = decode(model, ids, a.device, a.new_tokens)
+                rows.append({"input_ids": ids, "tokens": [s[0] for s in steps], "margins": [s[1] for s in steps]})
+                continue
+            if served[i]["input_ids"] != ids:
+                raise SystemExit("error: the served file was asked with other input ids than this checkpoint's prompts")
+            steps = decode(model, ids, a.device, len(served[i]["tokens"]), forced=served[i]["tokens"])
+            rows.append({"input_ids": ids, "served": served[i]["tokens"], "ref_argmax": [s[0] for s in steps],
+                         "margins": [s[1] for s in steps], "deficits": [s[2] for s in steps]})
+    what = "fed the served tokens" if a.follow else "greedy"
+    result = {"ckpt": str(ckpt), "quantized": quantized, "reference": f"soarpack SalaForCausalLM {what}, bf16",
               "device": a.device, "rows": rows}
     Path(a.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(json.dumps({"reference": a.out, "prompts": len(rows)}))
+    print(json.dumps({"followed" if a.follow else "reference": a.out, "prompts": len(rows)}))
     return 0
 
 
-def _follow(a, ckpt: Path, model, quantized: bool) -> int:
-    """The reference fed the server's tokens (teacher forcing): at each position, is the served token a greedy choice of
-    the reference, i.e. at the reference's maximum logit (ties included)? A free-running comparison cannot judge a
-    position after the first flip at a tie, since the two then continue from different prefixes; this judges all 16."""
+def decode(model, ids, device, steps: int, forced=None):
+    """[(argmax, top-1 margin, deficit of the token taken)] per position: greedy, or fed `forced` (teacher forcing).
+
+    Fed the server's tokens, every position is judged (is the served token at the reference's maximum logit, ties
+    included?): a free-running comparison cannot judge anything after the first flip at a tie, since the two then
+    continue from different prefixes. Greedy, the deficit is 0 and the margin 0 means a bf16 tie."""
     import torch
 
-    served = json.loads(Path(a.follow).read_text(encoding="utf-8"))
-    rows = []
-    with torch.no_grad():
-        for ids, srow in zip(prompt_ids(ckpt), served["rows"]):
-            if srow["input_ids"] != ids:
-                raise SystemExit("error: the served file was asked with other input ids than this checkpoint's prompts")
-            cache = model.new_cache()
-            logits = model(torch.tensor([ids], device=a.device), cache=cache)
-            argmax, deficits, margins = [], [], []
-            for tok in srow["tokens"]:
-                last = logits[0, -1].float()
-                top = torch.topk(last, 2).values
-                argmax.append(int(last.argmax()))
-                deficits.append(float(top[0] - last[tok]))  # 0: the served token is at the reference's maximum
-                margins.append(float(top[0] - top[1]))
-                logits = model(torch.tensor([[tok]], device=a.device), cache=cache)
-            rows.append({"input_ids": ids, "served": srow["tokens"], "ref_argmax": argmax, "deficits": deficits,
-                         "margins": margins})
-    result = {"ckpt": str(ckpt), "quantized": quantized, "reference": "soarpack SalaForCausalLM fed the served tokens, "
-              "bf16", "device": a.device, "rows": rows}
-    Path(a.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(json.dumps({"followed": a.out, "prompts": len(rows)}))
-    return 0
+    cache = model.new_cache()
+    logits = model(torch.tensor([ids], device=device), cache=cache)
+    out = []
+    for k in range(steps):
+        last = logits[0, -1].float()
+        top = torch.topk(last, 2).values
+        best = int(last.argmax())  # the first of equal maxima, as SalaForCausalLM.greedy and torch.argmax pick
+        tok = best if forced is None else int(forced[k])
+        out.append((best, float(top[0] - top[1]), float(top[0] - last[tok])))
+        logits = model(torch.tensor([[tok]], device=device), cache=cache)
+    return out
 
 
 def served_tokens(response: dict) -> list:
