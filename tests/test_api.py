@@ -18,8 +18,8 @@ from soarpack import api
 from soarpack.apinames import API_NAMES
 from soarpack.deprecation import renamed_map
 from soarpack.errors import SoarpackError
+from under_test import SOARPACK_ROOT
 
-ROOT = Path(soarpack.__file__).resolve().parents[1]  # the soarpack under test, for the fresh interpreters
 HEAVY = ("torch", "transformers", "gptqmodel", "typer", "rich")
 # (CLI command, API function) pairs whose names must agree
 COMMANDS = {"quantize": "quantize", "build": "build", "check": "check", "eval": "eval", "bench": "bench",
@@ -27,7 +27,7 @@ COMMANDS = {"quantize": "quantize", "build": "build", "check": "check", "eval": 
 
 
 def _fresh(code: str) -> str:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=SOARPACK_ROOT)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -59,9 +59,9 @@ result = soarpack.quantize(tiny, work / "q", recipe="w4-full", rows=8, max_len=6
 
 
 def test_quantize_through_the_api_prints_nothing_at_the_fd_level(tmp_path):
-    import soarpack
+    from under_test import SOARPACK_ROOT
 
-    env = dict(os.environ, PYTHONPATH=str(Path(soarpack.__file__).resolve().parents[1]), GPTQMODEL_CPU_WORKERS="2")
+    env = dict(os.environ, PYTHONPATH=SOARPACK_ROOT, GPTQMODEL_CPU_WORKERS="2")
     out, err = tmp_path / "fd1", tmp_path / "fd2"
     with open(out, "wb") as fd1, open(err, "wb") as fd2:  # the child's fds 1 and 2 are these files
         proc = subprocess.run([sys.executable, "-c", API_SCRIPT, str(tmp_path)], stdout=fd1, stderr=fd2, env=env,

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from soarpack.cli import app
 from soarpack.sala.tiny import make_tiny_model
+from under_test import SOARPACK_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.gptq]
 ARGS = ["--recipe", "w4-full", "--rows", "8", "--max-len", "64", "--device", "cpu"]
@@ -87,13 +88,6 @@ def test_a_terminal_sees_no_library_output(tiny, tmp_path):
     assert "GPT-QModel" in out.with_name("tty.log").read_text()  # a fresh process: GPTQModel's import banner
 
 
-def _tree_under_test() -> str:
-    """The checkout whose soarpack these tests imported (a subprocess runs the same one)."""
-    import soarpack
-
-    return str(Path(soarpack.__file__).resolve().parents[1])
-
-
 # What the quick start showed after a successful run (issue 27 item 3), each by its source.
 ALARMING = {
     "torchao's logger.warning on its CUDA-only extensions": re.compile(r"Failed to load .*torchao/_C"),
@@ -107,7 +101,7 @@ def test_a_cli_quantize_in_a_subprocess_counts_the_library_warnings_and_keeps_th
     """Pipes, not a terminal: stderr holds none of the libraries' lines, stdout names their count and the log,
     and the log holds them (GIL warning: switched off at the source with GPTQModel's own variable)."""
     out = tmp_path / "sub"
-    env = dict(os.environ, PYTHONPATH=_tree_under_test(), GPTQMODEL_CPU_WORKERS="2")
+    env = dict(os.environ, PYTHONPATH=SOARPACK_ROOT, GPTQMODEL_CPU_WORKERS="2")
     env.pop("GPTQMODEL_DISABLE_GIL_WARNING", None)
     proc = subprocess.run([sys.executable, "-m", "soarpack", "quantize", str(tiny), str(out), *ARGS],
                           capture_output=True, text=True, env=env, timeout=600)
@@ -129,7 +123,7 @@ def test_install_ends_with_the_versions_and_the_count_not_the_libraries_lines(tm
     """scripts/install.sh's last step (scripts/import_check.py): the import-time lines go to its log."""
     root = Path(__file__).resolve().parents[1]
     log = tmp_path / "import-check.log"
-    env = dict(os.environ, PYTHONPATH=_tree_under_test())
+    env = dict(os.environ, PYTHONPATH=SOARPACK_ROOT)
     env.pop("GPTQMODEL_DISABLE_GIL_WARNING", None)
     proc = subprocess.run([sys.executable, str(root / "scripts" / "import_check.py"), str(log)],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -152,10 +146,7 @@ PHASES = ("check", "calibration", "load", "sanity", "gptq", "save", "quality", "
 
 def _child_env() -> dict:
     """The environment of a child `python -m soarpack`: it imports the soarpack this test imported."""
-    import soarpack
-
-    root = str(Path(soarpack.__file__).resolve().parents[1])
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([SOARPACK_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
 def _quantize_piped(*argv: str) -> subprocess.CompletedProcess:
