@@ -133,6 +133,8 @@ def test_max_tokens_caps_the_eval_and_the_bench_and_says_the_accuracy_is_not_the
     rows = json.loads((out / "eval.json").read_text())["rows"]
     assert rows and {r["key"]["max_tokens"] for r in rows} == {8}
     assert result.report["eval"].data["max_tokens"] == 8
+    # the verdict line itself carries it, not only the eval step
+    assert result.gate.endswith("(answers cut at 8 tokens by --max-tokens: not the platform's accuracy)"), result.gate
     assert "answers cut at 8 tokens" in result.report["eval"].detail and "not the platform's accuracy" in \
         result.report["eval"].detail
     from soarpack.bench.tokenizer import load_tokenizer

@@ -104,6 +104,8 @@ def score(s: Serving) -> Done:
     atomic_write_json(s.out_dir / "score.json", s.score)
     gate = gate_line(s.eval["ori_accuracy"], s.eval["scored"],
                      [r for r in s.eval.get("rows", []) if r.get("index", 0) < s.eval["total"]])
+    if s.max_tokens is not None:  # the verdict must not read as the platform's: the answers were cut short
+        gate += f" (answers cut at {s.max_tokens} tokens by --max-tokens: not the platform's accuracy)"
     data = {"c_factor": s.eval["c_factor"], "ori_accuracy": s.eval["ori_accuracy"], "gate": gate,
             "final_score": s.score.get("final_score")}
     failed = [name for name, t in s.bench.get("tiers", {}).items() if t.get("failed")]
