@@ -5,7 +5,7 @@
 
 Builds a synthetic MiniCPM-SALA with the release's shapes (hidden 4096, MLP 16384, 32/2 sparse heads, 32 Lightning
 heads, vocab 73448; random bf16 weights, seeded, made on the GPU) with `--layers` layers in the release's 1:3
-sparse:Lightning ratio, and the tiny model's tokenizer. Then:
+sparse:Lightning ratio (at 32, the release's own order), and the tiny model's tokenizer. Then:
 - `--path soarpack`: `soarpack.quant.run.quantize` exactly as `soarpack quantize` runs it (recipe w4-full, 256
   built-in calibration rows up to 2048 tokens, damp 0.05, batch 4, shared-input Hessians, offload_to_disk=False,
   sanity bound off because the weights are random) and prints its phases;
@@ -56,8 +56,9 @@ def build_model(work: Path, layers: int, device: str, shape: str, seed: int = 0)
     raw = release_config_dict()
     if shape == "tiny":  # a CPU smoke test of this script
         raw = json.loads((tiny / "config.json").read_text())
-    mixers = [SPARSE if i % 4 == 0 else LIGHTNING for i in range(layers)]
-    raw.update(num_hidden_layers=layers, mixer_types=mixers)
+    if shape == "tiny" or layers != raw["num_hidden_layers"]:  # all 32: the release's own layer order
+        mixers = [SPARSE if i % 4 == 0 else LIGHTNING for i in range(layers)]
+        raw.update(num_hidden_layers=layers, mixer_types=mixers)
     cfg = SalaConfig.from_dict(raw)
     gen = torch.Generator(device=device).manual_seed(seed)
     tensors = {}

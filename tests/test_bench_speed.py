@@ -83,6 +83,7 @@ def test_tier_durations_match_scripted_delays(tmp_path, tokenizer_dir):
     s1 = report["tiers"]["s1"]
     assert TTFT * 1000 - 5 <= s1["ttft_ms"]["median"] <= TTFT * 1000 + 150  # the first chunk's latency, not speed
     assert s1["itl_ms"]["median"] == pytest.approx(ITL * 1000, abs=8)
+    assert s1["tpot_ms"]["median"] == pytest.approx(ITL * 1000, abs=8)  # every request has n tokens
     assert s1["output_throughput"] == pytest.approx(rows * n / s1["duration_s"], rel=1e-3)
 
 

@@ -362,6 +362,84 @@ def test_the_reference_is_soarpacks_own_greedy_decode(tiny_pair, tmp_path):
     assert raw["quantization_config"]["meta"]["recipe"] == "w4-mlp" and raw["quantization_config"]["sym"] is True
 
 
+@pytest.mark.needs_torch
+def test_the_padded_tokenizer_decodes_every_id_the_model_can_emit_and_encodes_as_before(tiny_pair, tmp_path):
+    # The server streams text only for ids its detokenizer knows; the bench times a stream by its chunks with text.
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    ckpt = tmp_path / "m"
+    shutil.copytree(tiny_pair[0], ckpt)
+    raw = json.loads((ckpt / "config.json").read_text())
+    before = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    raw["vocab_size"] = before.get_vocab_size() + 40
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    assert compare.pad_tokenizer_to_vocab(ckpt) == 40
+    after = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    assert after.get_vocab_size() == raw["vocab_size"]
+    new = range(before.get_vocab_size(), raw["vocab_size"])
+    assert all(after.decode([i]) == f" w{i}" for i in new)
+    text = "The capital of France is " + " ".join(f"w{i}" for i in new)
+    assert after.encode(text).ids == before.encode(text).ids  # the added tokens are unreachable by encoding
+    assert compare.pad_tokenizer_to_vocab(ckpt) == 0
+
+
+def test_the_python_wrapper_runs_with_the_servers_environment(tmp_path):
+    wrapper = tmp_path / "serve-python"
+    assert launch.main(["--write-python", str(wrapper), "--fork-src", str(tmp_path / "fork"), "--site",
+                        str(tmp_path / "site"), "--marlin-so", str(tmp_path / "m.so")]) == 0
+    probe = "import os, sys; print(os.environ['PYTHONPATH']); print(os.environ['SOARPACK_MARLIN_SO']); print(sys.argv[1:])"
+    out = subprocess.run([str(wrapper), "-c", probe, "a b"], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ["PATH"]}).stdout.splitlines()
+    assert out[0].split(os.pathsep)[:3] == [launch.SHIM_DIR, str(tmp_path / "fork"), str(tmp_path / "site")]
+    assert out[1] == str(tmp_path / "m.so") and out[2] == "['a b']"
+    with pytest.raises(SystemExit):
+        launch.parse(["--fork-src", "/f"])  # neither a model path nor a wrapper to write
+
+
+def test_the_public_slice_has_every_scored_task_and_loads_as_the_public_set(tmp_path):
+    import public_slice
+
+    from soarpack.bench.evaluate import load_eval_rows
+    from soarpack.bench.scoring import ANY_HIT_TASKS, FRACTION_TASKS, MCQ_TASKS, score_prediction
+
+    out = tmp_path / "slice.jsonl"
+    assert public_slice.main(["--out", str(out), "--per-task", "2", "--haystack-words", "300"]) == 0
+    rows = load_eval_rows(out)
+    assert len(rows) == 12 and {r["task"] for r in rows} == MCQ_TASKS | ANY_HIT_TASKS | FRACTION_TASKS
+    niah = next(r for r in rows if r["task"] == "niah")
+    assert niah["gold"][0] in niah["question"] and len(niah["question"].split()) > 300
+    assert all(score_prediction(r["task"], "ANSWER: " + " ".join(r["gold"]), r["gold"])[0] == 1.0 for r in rows)
+
+
+def test_the_served_table_gives_each_tier_its_ratio_to_the_baseline(tmp_path, capsys):
+    import served_table
+
+    def result(s1, s8):
+        tier = lambda d: {"duration_s": d, "ttft_ms": {"mean": 100.0, "median": 90.0, "p99": 300.0},  # noqa: E731
+                          "itl_ms": {"mean": 7.5, "median": 7.0, "p99": 9.0}, "output_throughput": 10.0}
+        return {"kind": "soarpack.bench", "tiers": {"s1": tier(s1), "s8": tier(s8)}}
+
+    paths = {}
+    for label, times in (("bf16", (40.0, 20.0)), ("w4", (32.0, 16.0))):
+        paths[label] = tmp_path / f"{label}.json"
+        paths[label].write_text(json.dumps(result(*times)))
+    assert served_table.main([f"{k}={v}" for k, v in paths.items()]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "s1 | w4 | 32.00 | 1.25x | 100.0 / 90.0 / 300.0 | 7.50 / 7.00 / 9.00 | - | 10" in lines
+    assert "s8 | bf16 | 20.00 | 1.00x |" in " ".join(lines)
+    with pytest.raises(SystemExit, match="no run is labelled"):
+        served_table.main([f"bf16={paths['bf16']}", "--baseline", "fp8"])
+
+
+def test_the_health_wait_stops_when_the_server_process_has_died():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(SystemExit, match="exited before"):
+        compare.main(["wait", "--url", "http://127.0.0.1:9", "--wait", "30", "--pid", str(dead.pid)])
+
+
 # -- on the image stand-in: the fork's own code ----------------------------------------------------------------
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,8 @@ if mode == "die":
     print("Loading safetensors checkpoint shards", flush=True)
     print("KeyError: 'model.layers.0.mlp.extra_proj.weight'", flush=True)
     sys.exit(3)
+if os.environ.get("FAKE_SGLANG_PIDFILE"):
+    open(os.environ["FAKE_SGLANG_PIDFILE"], "w").write(str(os.getpid()))
 if mode == "never":
     while True:
         time.sleep(0.1)
@@ -168,6 +173,47 @@ def test_a_server_never_healthy_times_out_and_is_stopped(standin_env, tmp_path):
         S.start_server(cmd, int(cmd[cmd.index("--port") + 1]), tmp_path / "server.log", timeout_s=2.0, env=env,
                        on_event=lambda e: lines.append(e.message), poll_s=0.2)
     assert "argv" in (tmp_path / "server.log").read_text()
+
+
+def test_a_port_that_already_answers_is_refused_before_anything_starts(standin_env, tmp_path):
+    # On the device a server an earlier call left on the port answered /health at once, and the "rehearsal" measured it.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(S.ServerError, match=f"port {port} on 127.0.0.1 already accepts connections") as err:
+            S.start_server(S.launch_command(tmp_path, [], port), port, tmp_path / "server.log", timeout_s=5,
+                           env=dict(standin_env, FAKE_SGLANG_MODE="ready"))
+    assert "--port" in err.value.hint and not (tmp_path / "server.log").exists()  # nothing was started
+
+
+REHEARSE_THEN_WAIT = """
+import sys
+from soarpack.rehearse import server as R
+ckpt, data, out, port = sys.argv[1:5]
+R.rehearse_server(ckpt, "safe", data, out, port=int(port), per_task=1, bench_rows=1, ready_timeout_s=120)
+"""
+
+
+def test_sigterm_while_the_server_starts_stops_the_server_too(tiny_model_dir, public_set, standin_env, tmp_path):
+    # Python's default SIGTERM would end soarpack and leave the server (its own session) holding the GPU.
+    data, _ = public_set
+    pidfile = tmp_path / "server.pid"
+    env = dict(standin_env, FAKE_SGLANG_MODE="never", FAKE_SGLANG_PIDFILE=str(pidfile))
+    proc = subprocess.Popen([sys.executable, "-c", REHEARSE_THEN_WAIT, str(tiny_model_dir), str(data),
+                             str(tmp_path / "out"), str(_free_port())], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.is_file() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server_pid = int(pidfile.read_text())
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with pytest.raises(ProcessLookupError):  # stopped and reaped by soarpack before it exited
+        os.kill(server_pid, 0)
 
 
 def test_progress_lines_while_waiting(standin_env, tmp_path, monkeypatch):

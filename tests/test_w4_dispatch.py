@@ -161,5 +161,7 @@ def test_profile_fast_is_opt_in_and_lints_clean():
     from soarpack.evidence import Evidence
 
     raw = loads(Path(fast.source).read_text())
-    (ev,) = [Evidence(**e) for e in raw["evidence"]]
-    assert ev.kind == "none" and "nothing measured on a server" in ev.summary
+    none, served = [Evidence(**e) for e in raw["evidence"]]
+    assert none.kind == "none" and "nothing measured on a server with this profile's sparse backend" in none.summary
+    # the served measurement was the dense variant: related, never read as this profile's result
+    assert served.kind == "soarpack" and served.relation == "related" and "dense variant" in served.summary

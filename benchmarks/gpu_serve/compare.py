@@ -62,6 +62,24 @@ def write_servable_config_module(ckpt: Path) -> None:
         (ckpt / f"{module}.py").write_text(STANDIN_REMOTE_CONFIG.format(cls=cls), encoding="utf-8")
 
 
+def pad_tokenizer_to_vocab(ckpt: Path) -> int:
+    """Give every id below config.json's vocab_size a token (" w<id>", unreachable by encoding): the random model
+    emits any id, and the server streams text only for ids its detokenizer knows (bench_serving and soarpack bench
+    time a stream by its chunks that carry text). Returns the tokens added."""
+    vocab_size = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    path = ckpt / "tokenizer.json"
+    tok = json.loads(path.read_text(encoding="utf-8"))
+    vocab = tok["model"]["vocab"]
+    taken = set(vocab.values()) | {t["id"] for t in tok.get("added_tokens", [])}
+    added = 0
+    for i in range(vocab_size):
+        if i not in taken:
+            vocab[f"\u0120w{i}"] = i  # byte-level: \u0120 decodes to a space
+            added += 1
+    path.write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    return added
+
+
 def cmd_build(a) -> int:
     _sys_path()
     from gpu_quantize import build_model
@@ -74,17 +92,18 @@ def cmd_build(a) -> int:
             shutil.rmtree(out)
         built.rename(out)
     write_servable_config_module(out)
-    print(json.dumps({"built": str(out), "layers": a.layers, "shape": a.shape}))
+    padded = pad_tokenizer_to_vocab(out)
+    print(json.dumps({"built": str(out), "layers": a.layers, "shape": a.shape, "tokens_added": padded}))
     return 0
 
 
-def rtn_gptq(weight, group_size: int = 128, bits: int = 4):
-    """GPTQ v1 tensors of `weight` [out, in] by round-to-nearest, symmetric (stored zero 2^(b-1) - 1)."""
+def rtn_gptq(weight, group_size: int = 128, bits: int = 4, device: str = "cpu"):
+    """GPTQ v1 tensors of `weight` [out, in] by round-to-nearest, symmetric (stored zero 2^(b-1) - 1); CPU tensors."""
     import torch
 
     from soarpack.quant.gptq_format import pack_cols, pack_rows
 
-    w = weight.to(torch.float32)
+    w = weight.to(device=device, dtype=torch.float32)
     out_f, in_f = w.shape
     groups = in_f // group_size
     half = 1 << (bits - 1)
@@ -94,9 +113,9 @@ def rtn_gptq(weight, group_size: int = 128, bits: int = 4):
     q = torch.clamp(torch.round(wg / scales.unsqueeze(-1)) + half, 0, (1 << bits) - 1).to(torch.int32)
     q = q.view(out_f, in_f)
     return {
-        "qweight": pack_rows(q.t().contiguous(), bits),
+        "qweight": pack_rows(q.t().contiguous(), bits).cpu(),
         "qzeros": pack_cols(torch.full((groups, out_f), half - 1, dtype=torch.int32), bits),
-        "scales": scales.t().contiguous().to(torch.float16),
+        "scales": scales.t().contiguous().to(torch.float16).cpu(),
         "g_idx": (torch.arange(in_f, dtype=torch.int32) // group_size),
     }
 
@@ -122,7 +141,7 @@ def cmd_w4(a) -> int:
         if mq is None:
             tensors[name] = tensor
             continue
-        for part, value in rtn_gptq(tensor, mq.group_size, mq.bits).items():
+        for part, value in rtn_gptq(tensor, mq.group_size, mq.bits, a.device).items():
             tensors[f"{module}.{part}"] = value
         quantized += 1
     if out.exists():
@@ -248,6 +267,11 @@ def wait_ready(base: str, deadline_s: float, pid=None) -> float:
     raise SystemExit(f"error: the server at {base} did not answer /health in {deadline_s:.0f} s")
 
 
+def cmd_wait(a) -> int:
+    print(json.dumps({"healthy_after_s": round(wait_ready(a.url.rstrip("/"), a.wait, a.pid), 1)}))
+    return 0
+
+
 def cmd_query(a) -> int:
     base = a.url.rstrip("/")
     waited = wait_ready(base, a.wait, a.pid)
@@ -340,6 +364,7 @@ def main(argv=None) -> int:
     w.add_argument("--src", required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--recipe", default="w4-mlp")
+    w.add_argument("--device", default="cpu", help="where the rounding runs (the tensors are packed on the CPU)")
     r = sub.add_parser("reference")
     r.add_argument("--ckpt", required=True)
     r.add_argument("--out", required=True)
@@ -354,13 +379,18 @@ def main(argv=None) -> int:
     q.add_argument("--pid", type=int, help="the server's process id: stop waiting when it has exited")
     q.add_argument("--timeout", type=float, default=120)
     q.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    wt = sub.add_parser("wait", help="until the server's /health answers (or its process has died)")
+    wt.add_argument("--url", default="http://127.0.0.1:30000")
+    wt.add_argument("--wait", type=float, default=300)
+    wt.add_argument("--pid", type=int)
     t = sub.add_parser("table")
     t.add_argument("--ref", required=True)
     t.add_argument("--served", required=True)
     t.add_argument("--need", type=int, default=NEW_TOKENS)
     t.add_argument("--followed", help="reference --follow's JSON: judge every served token (the bar then applies here)")
     a = ap.parse_args(argv)
-    return {"build": cmd_build, "w4": cmd_w4, "reference": cmd_reference, "query": cmd_query, "table": cmd_table}[a.cmd](a)
+    return {"build": cmd_build, "w4": cmd_w4, "reference": cmd_reference, "query": cmd_query, "wait": cmd_wait,
+            "table": cmd_table}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -1,34 +1,51 @@
 #!/usr/bin/env bash
-# One device call of the plan in README.md: `bash benchmarks/gpu_serve/device_run.sh STAGE...` from the repo root,
+# One device call of the plan in README.md: `bash benchmarks/gpu_serve/device_run.sh STAGE...` from the repo root
+# (under `timeout -s TERM N` to end inside the call's limit: the results then still come back),
 # with `.whl` carried (fetch_wheels.py) and, for W4, the Marlin extension at $MARLIN_SO (default: the first
 # .whl/*marlin*.so or .gpu/*marlin*.so). Stages, in order (each logs to $OUT/<stage>.log and stops the call on failure):
 #   install   the carried wheels into /tmp/serve-site (--target: the device's own torch stays), the trimmed
 #             sglang-kernel into it, the fork's python/ into /tmp/fork, .whl/jitcache.tgz (if carried) into ~
 #   check     device_check.py: the shimmed closure imports for real; rope; Marlin through the fork's path
-#   build     the 2-layer full-width random bf16 model and its w4-mlp copy (compare.py build / w4)
+#   build     the $LAYERS-layer (default 2) full-width random bf16 model and its w4-mlp copy (compare.py build / w4);
+#             skipped when this machine built the same already (a warm machine keeps /tmp between calls)
 #   ref       soarpack's reference tokens for both (compare.py reference: the device's own torch; soarpack's pydantic
 #             and tokenizers come from the carried site, transformers is not imported)
 #   bf16 | w4 the fork's server on that checkpoint (launch.py), 3 prompts x 16 greedy tokens, the token table;
 #             the server's first 200 log lines and the table land in $OUT
+#   speedset  `soarpack speedset` on the bf16 model's tokenizer with speed-mix-1of16.toml, $BENCH_ROWS rows
+#   bench-bf16 | bench-w4 | bench-w4d
+#             the server (w4d: the fork with soarpack's w4-dispatch patch) with the tokenizer on, `soarpack bench`
+#             S1 and S8 on the speed set, the server stopped; bench-<v>.json in $OUT
+#   rehearse  `soarpack rehearse-server` on the w4 checkpoint with dense-bf16.toml, a synthetic public-format slice
+#             (public_slice.py) and --max-tokens $REHEARSE_MAX_TOKENS; rehearsal.json in $OUT, whatever its verdict
 #   jitcache  FlashInfer's and Triton's JIT caches as one tgz in $OUT when <= 16 MiB (carry it next time)
 set -uo pipefail
 # The device tool brings back at most 8 files: every log goes to $W, and on exit the few results are copied to $OUT
 # and the rest packed into $OUT/logs.tgz.
 FINAL=${OUT:-/tmp/out}; W=/tmp/gs-run; rm -rf "$W"; mkdir -p "$W" "$FINAL"; OUT=$W
 pack() {
-  cp "$W"/run.log "$W"/check.json "$W"/table-*.md "$W"/jitcache.tgz "$FINAL"/ 2>/dev/null
+  # A server left by a stage cut short (the call's own `timeout`) would hold the GPU and the port for the next call.
+  [ -z "${SERVER_PGID:-}" ] || kill -KILL -- -"$SERVER_PGID" 2>/dev/null
+  cp "$W"/run.log "$W"/check.json "$W"/table-*.md "$W"/bench-*.json "$W"/rehearsal.json "$W"/jitcache.tgz "$FINAL"/ 2>/dev/null
   tar -czf "$FINAL/logs.tgz" -C "$W" --exclude jitcache.tgz . 2>/dev/null
 }
 trap pack EXIT
-trap 'exit 143' TERM
+# On TERM (the call's `timeout`) pack runs from this trap itself: an `exit` here, inside a stage whose output goes to
+# a killed tee, ended bash before the EXIT trap ran (seen on the device: a whole call came back with no file).
+trap 'exec >>"$W/run.log" 2>&1; trap - EXIT; pack; exit 143' TERM
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
 # The 2-layer model has the release vocabulary (73448) and the tiny 512-token tokenizer: ids go in and come out as
 # ids (compare.py query sends input_ids), so the server skips its tokenizer and detokenizer. SERVE_EXTRA= keeps them.
 SERVE_EXTRA=${SERVE_EXTRA---skip-tokenizer-init}
+LAYERS=${LAYERS:-2}; BENCH_ROWS=${BENCH_ROWS:-16}; REHEARSE_MAX_TOKENS=${REHEARSE_MAX_TOKENS:-32}
+# The benches time S1 and S8 only: CUDA graphs up to bs 8 cover both and capture in less time than the profile's 32.
+BENCH_EXTRA=${BENCH_EXTRA---cuda-graph-max-bs 8}
+SP="python3 -m soarpack"  # soarpack's CLI under the device's Python: PYTHONPATH=$ROOT:$SITE (typer, rich, httpx there)
 MARLIN_SO=${MARLIN_SO:-$(ls .whl/*marlin*.so .gpu/*marlin*.so 2>/dev/null | head -1)}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/run.log"; }
+port_busy() { python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $PORT), 2)" 2>/dev/null; }
 server_path() { echo "$ROOT/$GS/shim:$FORK:$SITE:$ROOT"; }
 
 stage_install() {
@@ -43,8 +60,11 @@ stage_check() {
     python3 $GS/device_check.py --out "$OUT/check.json"
 }
 stage_build() {
-  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --device cuda &&
-  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4
+  [ ! -f $M/built-$LAYERS ] || { echo "built earlier on this machine: $LAYERS layers in $M"; du -sh $M/*; return 0; }
+  rm -rf $M
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --layers "$LAYERS" --device cuda &&
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda &&
+  touch $M/built-$LAYERS && du -sh $M/*
 }
 stage_ref() {
   for v in bf16 w4; do
@@ -73,6 +93,56 @@ serve_and_compare() {  # $1: bf16 | w4
 }
 stage_bf16() { serve_and_compare bf16; }
 stage_w4() { [ -n "$MARLIN_SO" ] || { echo "no Marlin extension (MARLIN_SO)"; return 2; }; serve_and_compare w4; }
+stage_speedset() {
+  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$BENCH_ROWS" --mix $GS/speed-mix-1of16.toml \
+    -o "$OUT/speed.jsonl" --force --json
+}
+serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
+  local v=$1 fork=$FORK ckpt=$M/w4 flags=(--marlin-so "$ROOT/$MARLIN_SO")
+  if [ "$v" = bf16 ]; then ckpt=$M/bf16; flags=(--bf16); fi
+  if [ "$v" = w4full ]; then
+    ckpt=$M/w4full
+    [ -f $ckpt/config.json ] || PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $ckpt --recipe w4-full \
+      --device cuda || return 1
+  fi
+  if [ "$v" = w4d ]; then
+    fork=/tmp/fork-d/python
+    [ -d $fork ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $fork --patch w4-dispatch \
+      > "$OUT/patch-w4d.json" || return 1
+  fi
+  [ -f "$OUT/speed.jsonl" ] || { echo "no speed set: run the speedset stage first"; return 2; }
+  # A server still answering on the port (one an earlier call left) would be measured instead of this one.
+  ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
+  setsid python3 $GS/launch.py --model-path $ckpt --port $PORT --fork-src $fork --site $SITE "${flags[@]}" \
+    -- $BENCH_EXTRA > "$OUT/server-$v.log" 2>&1 &
+  local pid=$! rc=0; SERVER_PGID=$pid
+  python3 $GS/compare.py wait --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} --pid $pid || rc=$?
+  if [ $rc -eq 0 ]; then
+    PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir $ckpt --s1 "$OUT/speed.jsonl" \
+      --s8 "$OUT/speed.jsonl" -o "$OUT/bench-$v.json" --label "$v, $LAYERS layers, dense-bf16 profile${BENCH_EXTRA:+ + $BENCH_EXTRA}" \
+      || rc=$?
+  fi
+  kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null; SERVER_PGID=
+  grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch|gptq_marlin" \
+    "$OUT/server-$v.log" | head -20
+  [ $rc -eq 0 ] || { echo "--- the server's last lines:"; tail -40 "$OUT/server-$v.log"; }
+  return $rc
+}
+stage_bench-bf16() { serve_and_bench bf16; }
+stage_bench-w4() { serve_and_bench w4; }
+stage_bench-w4d() { serve_and_bench w4d; }
+stage_bench-w4full() { serve_and_bench w4full; }
+stage_rehearse() {
+  python3 $GS/launch.py --write-python /tmp/serve-python --fork-src $FORK --site $SITE --marlin-so "$ROOT/$MARLIN_SO" &&
+  python3 $GS/public_slice.py --out "$OUT/public-slice.jsonl" || return 1
+  local rc=0
+  PYTHONPATH=$ROOT:$SITE $SP rehearse-server $M/w4 --data "$OUT/public-slice.jsonl" --profile $GS/dense-bf16.toml \
+    --python /tmp/serve-python -o "$OUT/rehearsal" --port $PORT --per-task 2 --bench-rows 8 \
+    --max-tokens "$REHEARSE_MAX_TOKENS" --ready-timeout ${WAIT_S:-420} --json > "$OUT/rehearsal.json" || rc=$?
+  head -c 6000 "$OUT/rehearsal.json"; echo
+  echo "rehearse-server exit code $rc (1 is its verdict on random weights: C < 1; anything else is a failure)"
+  [ $rc -le 1 ] && [ -s "$OUT/rehearsal.json" ]
+}
 stage_jitcache() {
   tar -czf "$OUT/jitcache.tgz" -C ~ .cache/flashinfer .triton 2>/dev/null
   local size; size=$(stat -c %s "$OUT/jitcache.tgz" 2>/dev/null || echo 0)

@@ -7,7 +7,9 @@ It runs `python -m sglang.launch_server` with the platform's launch line (SALA.m
 --trust-remote-code, --port, the profile's args, then the platform's own --tp-size 1 --max-running-requests 32)
 in an environment where PYTHONPATH is shim/ (its sitecustomize installs the shim in every server process), the fork's
 python/ tree, then --site (the carried wheels' --target folder). --bf16 serves an unquantized checkpoint (drops the
-profile's --quantization). --print writes the argv and environment as JSON and starts nothing. Standard library only:
+profile's --quantization). --print writes the argv and environment as JSON and starts nothing. --write-python PATH
+writes an executable that runs this Python in that environment and starts nothing: a `--python` for `soarpack
+rehearse-server`, which builds the platform's launch line itself. Standard library only:
 it runs under the device's Python 3.12 before anything is installed.
 """
 
@@ -83,7 +85,7 @@ def server_env(fork_src, site=None, marlin_so=None, base=None):
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--model-path")
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--fork-src", required=True, help="the fork's python/ folder (d29fb130c)")
     ap.add_argument("--site", help="the --target folder the carried wheels were installed into")
@@ -92,8 +94,25 @@ def parse(argv=None):
     ap.add_argument("--bf16", action="store_true", help="an unquantized checkpoint: drop --quantization")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--print", action="store_true", help="print argv and environment as JSON, start nothing")
+    ap.add_argument("--write-python", metavar="PATH", help="write a python wrapper with the server environment, start nothing")
     ap.add_argument("extra", nargs="*", help="more server flags, after --")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if not a.model_path and not a.write_python:
+        ap.error("--model-path is required")
+    return a
+
+
+ENV_KEYS = ("PYTHONPATH", "SOARPACK_MARLIN_SO", "SOARPACK_GPU_SHIM", "PYTHONUNBUFFERED", "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE", *SERVER_ENV)
+
+
+def write_python(path, python, env):
+    lines = ["#!/bin/sh", "# The server's environment (benchmarks/gpu_serve/launch.py --write-python), then the Python."]
+    lines += [f"export {k}={shlex.quote(env[k])}" for k in ENV_KEYS if k in env]
+    lines.append(f'exec {shlex.quote(python)} "$@"')
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.chmod(path, 0o755)
 
 
 def main(argv=None):
@@ -102,12 +121,15 @@ def main(argv=None):
         print("error: a W4 checkpoint needs --marlin-so (the Marlin extension built on the device); "
               "pass --bf16 for an unquantized one", file=sys.stderr)
         return 2
-    args = server_argv(a.model_path, a.port, read_profile_args(a.profile), a.bf16, a.extra)
     env = server_env(a.fork_src, a.site, a.marlin_so)
+    if a.write_python:
+        write_python(a.write_python, a.python, env)
+        print(f"wrote {a.write_python}", flush=True)
+        return 0
+    args = server_argv(a.model_path, a.port, read_profile_args(a.profile), a.bf16, a.extra)
     cmd = [a.python, "-m", "sglang.launch_server", *args]
     if a.print:
-        keys = ("PYTHONPATH", "SOARPACK_MARLIN_SO", "SOARPACK_GPU_SHIM", "HF_HUB_OFFLINE", *SERVER_ENV)
-        print(json.dumps({"cmd": cmd, "server_args": args, "env": {k: env[k] for k in keys if k in env}}, indent=1))
+        print(json.dumps({"cmd": cmd, "server_args": args, "env": {k: env[k] for k in ENV_KEYS if k in env}}, indent=1))
         return 0
     print("launch: " + shlex.join(cmd), flush=True)
     os.execvpe(cmd[0], cmd, env)  # the server takes this process's id: a caller's kill reaches it

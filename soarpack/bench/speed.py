@@ -132,6 +132,9 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
         "output_throughput": round(output_tokens / duration_s, 2) if duration_s else 0.0,
         "ttft_ms": summary_ms([res.ttft_s for res, _ in ok]),
         "itl_ms": summary_ms([itl for res, _ in ok for itl in res.itl_s]),
+        # bench_serving's TPOT: per request with more than one token, (e2e - TTFT) / (output tokens - 1).
+        "tpot_ms": summary_ms([(res.latency_s - res.ttft_s) / (res.output_tokens - 1) for res, _ in ok
+                               if res.output_tokens > 1]),
         "e2e_ms": summary_ms([res.latency_s for res, _ in ok]),
     }
 

@@ -39,7 +39,7 @@ def pack_rows(vals: torch.Tensor, bits: int) -> torch.Tensor:
     """Inverse of unpack_rows (used by tests to build tampered checkpoints)."""
     p = 32 // bits
     v = vals.to(torch.int64).reshape(vals.shape[0] // p, p, vals.shape[1])
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64).view(1, p, 1)
+    shifts = torch.arange(0, 32, bits, dtype=torch.int64, device=vals.device).view(1, p, 1)
     out = (v << shifts).sum(dim=1)
     out = torch.where(out >= 2**31, out - 2**32, out)
     return out.to(torch.int32)

@@ -4,13 +4,15 @@ Starts `python -m sglang.launch_server` on the checkpoint the way the platform d
 be healthy, evaluates a stratified slice of the public set, runs a short bench, stops the server (its log is kept)
 and scores: the expected accuracy gate C with its margin to the full-credit line.
 
-Tested here against a stand-in `sglang` package only (soarpack/serve/fake_server.py behind `sglang.launch_server`);
-nobody here has run it against the real server.
+Tested here against a stand-in `sglang` package (soarpack/serve/fake_server.py behind `sglang.launch_server`); run
+once against the fork's real server on the lent H200, dense variant, 32-layer random W4 checkpoint
+(benchmarks/gpu_serve/results/2026-12-01-served-32L/rehearsal.json).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,8 @@ from typing import Any, Dict, List, Optional
 
 from soarpack.errors import ConfigError
 from soarpack.facts import limits
-from soarpack.serve.server import PLATFORM_PORT, READY_TIMEOUT_S, Server, gate_line, launch_command, start_server
+from soarpack.serve.server import (PLATFORM_PORT, READY_TIMEOUT_S, Server, gate_line, launch_command, start_server,
+                                   terminate_raises)
 from soarpack.steps import Done, EventCallback, Runner, RunReport, StepFailed, lines_to, no_events, step
 
 
@@ -86,10 +89,20 @@ def bench(s: Serving) -> Done:
                 {"durations_s": durations, "failed_tiers": failed})
 
 
+def exit_text(code: Optional[int]) -> str:
+    """-9 reads "-9 (SIGKILL)": the real server ends its own process tree with SIGKILL after our SIGTERM."""
+    if code is None or code >= 0:
+        return str(code)
+    try:
+        return f"{code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return str(code)
+
+
 @step("server stop", needs=["server start"])
 def server_stop(s: Serving) -> Done:
     s.exit_code = s.server.stop()
-    return Done(f"exit code {s.exit_code}; log kept at {s.server.log_path}",
+    return Done(f"exit code {exit_text(s.exit_code)}; log kept at {s.server.log_path}",
                 {"exit_code": s.exit_code, "log": str(s.server.log_path)})
 
 
@@ -170,11 +183,12 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
 
     ctx = Serving(ckpt, out_dir, launch_command(ckpt, prof.args, port, python), port, rows, slice_path, speed_path,
                   bench_rows, ready_timeout_s, eval_timeout_s, max_tokens, env, on_event)
-    try:
-        report = Runner(STEPS, on_event).run(ctx)
-    finally:
-        if ctx.server is not None and ctx.server.proc.poll() is None:  # a step raised: never leave a server behind
-            ctx.server.stop()
+    with terminate_raises():
+        try:
+            report = Runner(STEPS, on_event).run(ctx)
+        finally:
+            if ctx.server is not None and ctx.server.proc.poll() is None:  # never leave a server behind
+                ctx.server.stop()
     gate = report["score"].data.get("gate", "")
     summary = "; ".join(f"{r.name} {r.status}: {r.detail}" for r in report.steps if r.name != "server stop" or r.status != "pass")
     return RehearsalResult(report.ok and not report.gate()["not_run"], summary, gate, out_dir, out_dir / "server.log",

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.facts import launch, limits, scoring as platform_scoring
@@ -93,8 +96,17 @@ class Server:
 def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s: float = READY_TIMEOUT_S,
                  env: Optional[Dict[str, str]] = None, on_event: EventCallback = no_events,
                  poll_s: float = 1.0) -> Server:
-    """Start the server and wait until GET /health answers 200; raise ServerError with its log's last lines."""
+    """Start the server and wait until GET /health answers 200; raise ServerError with its log's last lines.
+
+    A port that already accepts connections is refused before anything starts: the health wait would otherwise pass
+    at once on whatever listens there (a server an earlier run left behind, say) and every later step would measure
+    that server. The server is stopped when the wait ends in anything but health (Ctrl-C, SIGTERM under
+    `terminate_raises`, a timeout)."""
     log = lines_to(on_event, "server start")
+    if port_in_use(port):
+        raise ServerError(f"port {port} on 127.0.0.1 already accepts connections: another server (perhaps one an "
+                          f"earlier run left) would be measured instead of this checkpoint",
+                          f"stop what listens there (`fuser -k {port}/tcp` on Linux) or pass another --port")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log_fh:
@@ -105,6 +117,15 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
             raise ServerError(f"cannot start {command[0]} ({exc.strerror or exc})",
                               "pass --python the interpreter that has the SGLang fork installed") from None
     server = Server(proc, url, log_path, list(command))
+    try:
+        return _wait_healthy(server, timeout_s, log, poll_s)
+    except BaseException:
+        server.stop()
+        raise
+
+
+def _wait_healthy(server: Server, timeout_s: float, log, poll_s: float) -> Server:
+    proc, url, log_path = server.proc, server.url, server.log_path
     t0 = time.monotonic()
     next_progress = PROGRESS_EVERY_S
     while True:
@@ -117,7 +138,6 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
             log(f"server healthy on {url} after {elapsed:.0f} s")
             return server
         if elapsed >= timeout_s:
-            server.stop()
             raise ServerError(f"the server was not healthy after {timeout_s:.0f} s (the platform allows about "
                               f"{READY_TIMEOUT_S / 60:.0f} min); last log lines: {_log_tail(log_path)}",
                               f"full log: {log_path}")
@@ -125,6 +145,33 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
             log(f"waiting for the server on {url}: {elapsed:.0f} s of {timeout_s:.0f} s")
             next_progress += PROGRESS_EVERY_S
         time.sleep(poll_s)
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """While active, SIGTERM raises SystemExit(143) in the main thread, so that `finally` blocks stop the server they
+    started (Python's default SIGTERM ends the process at once and leaves the server, in its own session, running
+    with the GPU). A no-op off the main thread, where no handler can be installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_exit(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # -- the accuracy gate ---------------------------------------------------------------------------------------
