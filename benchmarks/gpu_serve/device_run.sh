@@ -48,6 +48,20 @@ log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/run.log"; }
 port_busy() { python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $PORT), 2)" 2>/dev/null; }
 server_path() { echo "$ROOT/$GS/shim:$FORK:$SITE:$ROOT"; }
 
+# The server (launch.py) in its own process group (setsid), so the scheduler and detokenizer it spawns are stopped
+# with it; SERVER_PGID lets pack() stop it too when the call is cut short. A server still answering on the port (one
+# an earlier call left) would be measured instead of this one: refused.
+server_up() {  # $1 log, $2 checkpoint, $3 fork tree, $4 extra server flags (split at spaces), then launch.py's flags
+  local log=$1 ckpt=$2 fork=$3 extra=$4; shift 4
+  ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
+  setsid python3 $GS/launch.py --model-path "$ckpt" --port $PORT --fork-src "$fork" --site $SITE "$@" \
+    -- $extra > "$log" 2>&1 &
+  SERVER_PGID=$!
+}
+server_down() {
+  kill -TERM -- -"$SERVER_PGID" 2>/dev/null; sleep 5; kill -KILL -- -"$SERVER_PGID" 2>/dev/null; SERVER_PGID=
+}
+
 stage_install() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl &&
   tar -xzf .whl/sglang-kernel-0.4.5-sm90.tar.gz -C "$SITE" &&
@@ -74,13 +88,10 @@ stage_ref() {
 serve_and_compare() {  # $1: bf16 | w4
   local v=$1 need=16 flags=(--bf16)
   if [ "$v" = w4 ]; then need=15; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fi
-  # Its own process group (setsid), so the scheduler and detokenizer it spawns are stopped with it.
-  setsid python3 $GS/launch.py --model-path $M/$v --port $PORT --fork-src $FORK --site $SITE "${flags[@]}" \
-    -- $SERVE_EXTRA > "$OUT/server-$v.log" 2>&1 &
-  local pid=$!
+  server_up "$OUT/server-$v.log" $M/$v $FORK "$SERVE_EXTRA" "${flags[@]}" || return $?
   PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $M/$v --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} \
-    --pid $pid --out "$OUT/served-$v.json"; local rc=$?
-  kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null
+    --pid $SERVER_PGID --out "$OUT/served-$v.json"; local rc=$?
+  server_down
   head -200 "$OUT/server-$v.log" > "$OUT/server-$v.head.log"
   tail -60 "$OUT/server-$v.log" > "$OUT/server-$v.tail.log"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | sed 's/^/gpu memory after stop: /'
@@ -111,18 +122,15 @@ serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
       > "$OUT/patch-w4d.json" || return 1
   fi
   [ -f "$OUT/speed.jsonl" ] || { echo "no speed set: run the speedset stage first"; return 2; }
-  # A server still answering on the port (one an earlier call left) would be measured instead of this one.
-  ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
-  setsid python3 $GS/launch.py --model-path $ckpt --port $PORT --fork-src $fork --site $SITE "${flags[@]}" \
-    -- $BENCH_EXTRA > "$OUT/server-$v.log" 2>&1 &
-  local pid=$! rc=0; SERVER_PGID=$pid
-  python3 $GS/compare.py wait --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} --pid $pid || rc=$?
+  server_up "$OUT/server-$v.log" $ckpt $fork "$BENCH_EXTRA" "${flags[@]}" || return $?
+  local rc=0
+  python3 $GS/compare.py wait --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} --pid $SERVER_PGID || rc=$?
   if [ $rc -eq 0 ]; then
     PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir $ckpt --s1 "$OUT/speed.jsonl" \
       --s8 "$OUT/speed.jsonl" -o "$OUT/bench-$v.json" --label "$v, $LAYERS layers, dense-bf16 profile${BENCH_EXTRA:+ + $BENCH_EXTRA}" \
       || rc=$?
   fi
-  kill -TERM -- -"$pid" 2>/dev/null; sleep 5; kill -KILL -- -"$pid" 2>/dev/null; SERVER_PGID=
+  server_down
   grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch|gptq_marlin" \
     "$OUT/server-$v.log" | head -20
   [ $rc -eq 0 ] || { echo "--- the server's last lines:"; tail -40 "$OUT/server-$v.log"; }
