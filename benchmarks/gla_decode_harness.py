@@ -252,7 +252,7 @@ def interpreter_round(x32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """What Triton's CPU interpreter stores for a float32 -> dtype `.to()`: it truncates to bf16 (GPU code rounds to
     nearest, as torch does). Exact for bf16; other dtypes round as torch does."""
     if dtype == torch.bfloat16:
-        return (x32.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+        return (x32.contiguous().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
     return x32.to(dtype)
 
 
