@@ -98,8 +98,13 @@ def test_only_decode_takes_the_kernel_and_the_forks_path_is_kept(patched_trees):
 
 @pytest.fixture(scope="module")
 def fla():
-    pytest.importorskip("triton", reason=NEEDS_TRITON)
-    pytest.importorskip("fla", reason=NEEDS_TRITON)
+    try:
+        import fla  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":  # scripts/install.sh installs the extra: missing there is a broken install
+            pytest.fail(NEEDS_TRITON)
+        pytest.skip(NEEDS_TRITON)
     funcs = H.load_fla()
     H.force_fla_num_warps(4)  # the interpreter cannot autotune; on a GPU the order depends on it (harness doc)
     yield funcs
