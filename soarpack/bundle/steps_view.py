@@ -25,6 +25,7 @@ from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME
 from soarpack.bundle.summary import _read_member  # the same member rules and size cap as `inspect`
 from soarpack.errors import SoarpackError
+from soarpack.printable import printable
 
 BUNDLE, ORIGINAL, QUANTIZED = "BUNDLE", "ORIGINAL", "QUANTIZED"
 WANTED = (MANIFEST_NAME, layout.BUNDLE_ENV, layout.PREPARE_ENV, layout.PREPARE_MODEL, layout.PREPROCESS)
@@ -204,7 +205,7 @@ def render_steps(view: Dict[str, Any]) -> List[str]:
             lines += [f"     log: {log}" for log in run["logs"]]
         for log in step.get("logs") or []:
             lines.append(f"   log: {log}")
-    return lines
+    return [printable(line) for line in lines]  # the values and names come from the bundle: outside text
 
 
 __all__ = ["platform_steps", "render_steps", "quantize_line", "script_exports", "script_logs", "parse_bundle_env"]

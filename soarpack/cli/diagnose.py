@@ -11,6 +11,7 @@ import typer
 
 from soarpack.cli import command
 from soarpack.cli.output import sink
+from soarpack.printable import printable
 
 WIDTH = 100
 
@@ -117,7 +118,7 @@ def diagnose_cmd(
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:
         for line in render(diagnosis):
-            typer.echo(line)
+            typer.echo(printable(line))  # log lines and file names are outside text
     raise typer.Exit(diagnosis.exit_code)
 
 
