@@ -107,7 +107,7 @@ def hostile(tmp_path_factory):
                                     f"RuntimeError: boom {PAYLOAD}\n")
     rows = [{"index": i, "task": f"qa{PAYLOAD}", "prediction": "", "output_tokens": 3, "error": f"HTTP 500: {PAYLOAD}",
              "score": 0.0} for i in range(2)]
-    (logs / "eval.json").write_text(json.dumps({"kind": "soarpack-eval", "rows": rows, "max_tokens": 16}))
+    (logs / "eval.json").write_text(json.dumps({"kind": "soarpack.eval", "rows": rows, "max_tokens": 16}))
     f["logs"] = logs
     # a bundle with a hostile calibration file name, and one whose prepare_env.sh and bundle.env are tampered with
     calib = w / f"{NAME}.jsonl"
