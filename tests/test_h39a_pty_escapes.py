@@ -87,7 +87,12 @@ def hostile(tmp_path_factory):
     """Hostile names and contents for every listing command."""
     from soarpack.bundle.build import build_bundle
     from soarpack.bundle.tarpack import safe_extract, write_tarball
-    from soarpack.cachemark import mark
+
+    try:
+        from soarpack.cachemark import mark
+    except ImportError:  # a soarpack before cache markers: the entry is listed all the same
+        def mark(folder, entry):
+            pass
 
     w = tmp_path_factory.mktemp("hostile")
     f = {"w": w}
@@ -182,8 +187,6 @@ def test_no_raw_escape_reaches_the_terminal(case, hostile, tmp_path_factory, tmp
     tok = _tok(tmp_path_factory) if case == "calib" else None
     args, env, must_show = _cases(hostile, tok)[case]
     out = run_on_pty(args, cwd=tmp_path, env_extra=env)
-    if os.environ.get("H39A_SHOW"):
-        print(case, ALLOWED_ESC.sub(b"", out).decode("utf-8", "replace")[-1500:])
     assert_clean(out, must_show)
 
 

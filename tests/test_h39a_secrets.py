@@ -21,7 +21,7 @@ import pytest
 
 from soarpack.bundle import secrets
 from soarpack.bundle.build import build_bundle
-from soarpack.bundle.secrets import CredentialError, scan_tree, text_encoding
+from soarpack.bundle.secrets import CredentialError, scan_tree
 from soarpack.bundle.tarpack import safe_extract, write_tarball
 from soarpack.bundle.wheels import make_pure_wheel
 from soarpack.rehearse.check import check_bundle
@@ -71,6 +71,7 @@ CASES = {
 
 
 def test_text_encodings_are_told_by_bom_or_by_where_the_nuls_fall():
+    text_encoding = secrets.text_encoding
     text = "some ASCII text, long enough to judge\n"
     assert text_encoding(text.encode("utf-16")) == "utf-16-le"
     assert text_encoding(text.encode("utf-16-le")) == "utf-16-le"

@@ -38,6 +38,13 @@ class Diagnosis:
         return not finding.quoted_in_warning and (not self.entry(finding).unverified or finding.on_error_line)
 
     @property
+    def partial(self) -> bool:
+        """Whether some of what was given was not read: a log's start, or the files past the cap."""
+        from soarpack.diagnose.inputs import MAX_FILES
+
+        return any(i.truncated for i in self.inputs) or len(self.inputs) >= MAX_FILES
+
+    @property
     def verdicts(self) -> List[Finding]:
         return [f for f in self.findings if self.confirmed(f)]
 

@@ -63,7 +63,7 @@ def render(diagnosis) -> List[str]:
     for note in diagnosis.notes:
         lines.append(f"not read: {note}")
     n_files = len(diagnosis.inputs)
-    part = " (in the part read)" if diagnosis.notes else ""
+    part = " (in the part read)" if diagnosis.partial else ""
     verdicts = diagnosis.verdicts
     maybe = sorted({f.entry_id for f in diagnosis.findings if not diagnosis.confirmed(f)})
     also = f"; not a verdict: {', '.join(maybe)}" if maybe else ""

@@ -3,6 +3,7 @@ the lines worth reading (its first error line and its last traceback), so an unk
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -13,9 +14,25 @@ from soarpack.diagnose.inputs import Input
 # What marks a line as an error in the logs diagnose reads: Python's exception lines, soarpack's `error:` lines and
 # `!!!` banners, loud levels, and the few words a dying process prints. Not a bare "error" (a successful quantize
 # prints "dequantization error" tables) nor "0 failed".
-ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|\bERROR\b|(?i:\berror:)"
+# (`Error:` alone stands for `\b\w*Error\b:`, the same lines, searched as a literal: ten times faster on a long log.)
+ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|(?:Error|Exception):|\bERROR\b|(?i:\berror:)"
                         r"|\bFAIL(?:ED)?\b|\bfailed\b(?! *[:=]? *0\b)|(?i:\bfatal\b)|\bKilled\b|Segmentation fault"
                         r"|core dumped|!!! ")
+# Texts one of which every error line holds (ERROR_LINE's literals; the case-free ones lowercased): a log that holds
+# none has no error line, found by substring searches, far faster over a long log than the regex.
+_ERROR_LITERALS = ("Traceback (most recent call last)", "Error:", "Exception:", "ERROR", "FAIL", "failed", "Killed",
+                   "Segmentation fault", "core dumped", "!!! ")
+_ERROR_LITERALS_ANY_CASE = ("error:", "fatal")
+
+
+def may_hold_errors(text: str) -> bool:
+    """False only when no line of `text` can be an error line."""
+    if any(literal in text for literal in _ERROR_LITERALS):
+        return True
+    lowered = text.lower()
+    return any(literal in lowered for literal in _ERROR_LITERALS_ANY_CASE)
+
+
 # What marks a line as a warning: a loud level, Python's warnings. A catalogue signature behind such a marker is a
 # warning quoting the text (a retry note, a hint), not the failure itself.
 WARNING_LINE = re.compile(r"\bWARN(?:ING)?\b|(?i:\bwarning\b)|\b\w*Warning\b|warnings\.warn|^\s*W\d{4}\b")
@@ -59,6 +76,13 @@ def is_error_line(line: str) -> bool:
     return match is not None and not warned_before(line, match.start())
 
 
+@functools.lru_cache(maxsize=None)
+def _anywhere(pattern: "re.Pattern") -> "re.Pattern":
+    """The pattern searched over a whole text at once: `^`/`$` at each line. It matches wherever a line of the
+    text matches (and maybe more), so a miss over the whole text is a miss on every line."""
+    return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
+
+
 def _clip(line: str) -> str:
     line = line.rstrip()
     return line if len(line) <= MAX_QUOTE else line[:MAX_QUOTE] + " ..."
@@ -84,11 +108,14 @@ def match_entries(inp: Input, entries: List[Entry], others: Optional[List[Input]
     """Every entry that applies to this input's kind and whose pattern matches a line of it. The line quoted is the
     first real hit: not indented (a traceback quotes the raising source line before the message) and not behind a
     warning marker; a finding whose every hit is quoted by a warning says so (quoted_in_warning)."""
-    lines = inp.text.splitlines()
+    lines = None
     findings = []
     for entry in entries:
         if not entry.patterns or not entry.applies_to(inp.kind):
             continue
+        if not any(_anywhere(p).search(inp.text) for p in entry.patterns):
+            continue  # one pass over the text: no line can match (most entries, most logs)
+        lines = inp.text.splitlines() if lines is None else lines
         hits = []
         for number, line in enumerate(lines, 1):
             for pattern in entry.patterns:
@@ -138,6 +165,8 @@ def last_traceback(lines: List[str]) -> List[str]:
 
 def excerpt(inp: Input) -> Optional[Excerpt]:
     """The first error line and the last traceback of a log; None when it has neither."""
+    if inp.kind != "check" and not may_hold_errors(inp.text):
+        return None  # no error line anywhere (a traceback's header is one): nothing to show
     lines = inp.text.splitlines()
     # A check report's text is its failed steps (inputs.check_report_text): each line is an error.
     is_error = (lambda line: bool(line.strip())) if inp.kind == "check" else is_error_line
