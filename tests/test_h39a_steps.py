@@ -68,7 +68,7 @@ def test_the_exports_shown_are_the_ones_bash_makes(case, tree, tmp_path):
     (work / "prepare_env.sh").write_text(CASES[case])
     bundle = write_tarball(work, tmp_path / "b.tar.gz")
     (step,) = [s for s in platform_steps(bundle)["steps"] if s["name"] == "prepare_env.sh"]
-    shown, unread = step["exports"], step["unread"]
+    shown, unread = step["exports"], step.get("unread", [])
     home = tmp_path / "home"
     home.mkdir()
     real = bash_exports(work / "prepare_env.sh", home)

@@ -1,7 +1,10 @@
 """Refuse to ship anything that looks like a credential: the bundle is uploaded to a third party.
 
-One scanner sees every member of the bundle: every byte of every file (in overlapping blocks, whatever its size
-or suffix), and every member of an archive (wheels, zips: `.pth`, METADATA, RECORD included), by name and content.
+One scanner sees every member of the bundle: every name (a token in a file's name is refused as in its content),
+every byte of every file (in overlapping blocks, whatever its size or suffix), and every member of what is
+compressed or archived, judged by its first bytes (gzip, bzip2, xz, zip and wheels, tar: a `.gz`, a `.tar.gz` in
+the tree or in a wheel), by name and content, nested up to MAX_NESTING deep; what expands past a ratio or a budget
+(a compression bomb) is refused, not unpacked. UTF-16 and UTF-32 text (with or without a BOM) is read as text.
 Each block is searched three ways:
 - the raw bytes, with token patterns whose left edge also holds after a backslash escape (`\\n`, `\\t`, `\\u00e9`):
   in JSON a newline is the two characters `\\n`, so a token that starts a line follows the letter `n`;
@@ -9,7 +12,8 @@ Each block is searched three ways:
   written with `\\uXXXX` escapes or an `aws_secret_access_key` behind escaped quotes is seen as it reads;
 - base64 runs, decoded: a PEM private key, an OpenSSH or DER private key, or a token, encoded, is caught.
 The one exception is a wheel whose sha256 is pinned in the platform lock: it is the published artifact, and
-third-party test fixtures inside it are not ours.
+third-party test fixtures inside it are not ours. `build` and `check` decide with the same function, scan_tree, on
+the same tree (build's once MANIFEST.json is written), so build refuses exactly what check would.
 
 The rules are hand-written, not a maintained rule set such as detect-secrets: the scan must run in `soarpack check`
 with no extra installed, over binary files and archive members (detect-secrets reads text lines), and its keyword
@@ -96,8 +100,6 @@ OPENSSH_MAGIC = b"openssh-key-v1\0"
 BLOCK_BYTES = 1 << 20
 # Longer than any match the patterns need, so a secret cut by a block edge is whole in the next block.
 OVERLAP_BYTES = 4096
-ARCHIVE_SUFFIXES = (".whl", ".zip")
-MAX_ARCHIVE_DEPTH = 3
 ZIP_MAGIC = b"PK\x03\x04"
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 # A JSON document up to this size is decoded whole; a larger one line by line (JSONL).
