@@ -46,22 +46,23 @@ def test_a_log_longer_than_the_read_says_which_part_was_read(tmp_path, monkeypat
         fh.write(CPU_WORKERS + "\n")  # the failure, at the start
         line = "INFO quantizing layer, all is well " * 3 + "\n"
         fh.write(line * (2 * 2**20 // len(line)))
+    res = _cli(log)
+    assert "not read:" in res.output and "in the part read" in res.output, res.output
     d = diagnose([log])
     assert d.inputs[0].truncated and d.inputs[0].read_from > 0
     assert any("only its last 1 MiB were read" in n and "is not seen" in n for n in d.notes), d.notes
     res = runner.invoke(app, ["diagnose", "--json", str(log)])
     assert json.loads(res.output)["notes"] == d.notes
-    res = _cli(log)
-    assert "not read:" in res.output and "in the part read" in res.output, res.output
 
 
 def test_a_folder_past_the_file_cap_says_where_it_stopped(tmp_path, monkeypatch):
     for i in range(inputs.MAX_FILES + 3):
         (tmp_path / f"run{i:04d}.log").write_text("INFO fine\n")
+    res = _cli(tmp_path)
+    assert "not read:" in res.output and f"stopped after {inputs.MAX_FILES} files" in res.output, res.output[-500:]
     d = diagnose([tmp_path])
     assert len(d.inputs) == inputs.MAX_FILES
     assert any(f"stopped after {inputs.MAX_FILES} files" in n for n in d.notes), d.notes
-    assert "not read:" in _cli(tmp_path).output
 
 
 def test_a_warning_quoting_a_signature_is_not_the_cause_and_the_real_error_shows():
@@ -69,18 +70,19 @@ def test_a_warning_quoting_a_signature_is_not_the_cause_and_the_real_error_shows
             "INFO retried\n"
             "RuntimeError: CUDA error: an illegal memory access was encountered\n")
     d = diagnose_text(text, kind="quantize")
-    (f,) = [f for f in d.findings if f.entry_id == "gptqmodel-cpu-workers"]
-    assert f.quoted_in_warning and not d.confirmed(f)
     assert d.exit_code == 0
     (x,) = d.excerpts
     assert x.first_error and "illegal memory access" in x.first_error  # the real error, not the warning
+    (f,) = [f for f in d.findings if f.entry_id == "gptqmodel-cpu-workers"]
+    assert f.quoted_in_warning and not d.confirmed(f)
 
 
 def test_a_real_error_line_ranks_above_a_warning_quoting_it():
     text = f"WARNING: earlier run said {CPU_WORKERS}\nINFO ...\n{CPU_WORKERS}\n"
     d = diagnose_text(text, kind="quantize")
     (f,) = [f for f in d.findings if f.entry_id == "gptqmodel-cpu-workers"]
-    assert d.confirmed(f) and f.where.startswith("line 3") and d.exit_code == 1
+    assert f.where.startswith("line 3") and d.exit_code == 1  # the error line is quoted, not the warning
+    assert d.confirmed(f)
 
 
 def test_an_unverified_pattern_on_a_successful_logs_retry_line_makes_no_verdict(tmp_path):
