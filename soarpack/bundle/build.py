@@ -324,9 +324,9 @@ def build_bundle(
         }
         # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
         atomic_write_text(stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
-        scan_tree(stage)
         manifest = render_manifest(stage, meta)
         atomic_write_json(stage / MANIFEST_NAME, manifest.as_json())
+        scan_tree(stage)  # the finished tree, MANIFEST.json included: what check scans in the upload
         if out is None:
             out_path = default_output(prof.name, rec.name, manifest.id)
             ensure_writable_output(out_path, what="-o", inputs=inputs)
