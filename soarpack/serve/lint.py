@@ -41,13 +41,14 @@ RULES: Dict[str, str] = {
     "cuda-graph-bs": f"CUDA graphs captured for fewer than {launch.MAX_RUNNING_REQUESTS} running requests: larger batches run eager",
     "platform-override": f"the platform sets this flag itself ({launch.overrides_phrase()})",
     "unknown-patch": "a patch name the patch set does not have",
+    "patch-requires": "a patch without the patch it is written on top of (its Requires: line)",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
     "unsafe-token": "a token the platform's unquoted ${SGLANG_SERVER_ARGS} would split, glob or keep quotes in",
 }
 ERROR_RULES = {
     "underscore-flag", "not-a-flag", "unknown-flag", "missing-value", "bad-choice", "duplicate-flag", "gptq-needs-fp16",
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
-    "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
+    "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch", "patch-requires",
     "mem-fraction-range", "unsafe-token",
 }
 PLATFORM_FLAGS = launch.PLATFORM_FLAGS
@@ -183,8 +184,15 @@ def lint_args(
         from soarpack.serve.patches import list_patches
 
         known_patches = list_patches()
-    for name in sorted(patched - set(known_patches)):
+    known_patches = set(known_patches)
+    for name in sorted(patched - known_patches):
         findings.append(_finding("unknown-patch", f"patch {name!r} is not in the patch set ({', '.join(sorted(known_patches))})"))
+    if patched:
+        from soarpack.serve.patches import missing_requirements
+
+        for name, missing in missing_requirements(sorted(patched & known_patches)):
+            findings.append(_finding("patch-requires", f"patch {name!r} is written on top of {', '.join(missing)}: "
+                                                       f"add {', '.join(missing)} to the patches"))
 
     quant = got.get("--quantization")
     dtype = got.get("--dtype", "auto")
