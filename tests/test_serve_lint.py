@@ -51,6 +51,7 @@ CASES = {
     "platform-override": (f"{BASE} --max-running-requests 16", f"{BASE} --max-prefill-tokens 16384", {}),
     "mem-fraction-range": (f"{BASE} --mem-fraction-static 7", f"{BASE} --mem-fraction-static 0.85", {}),
     "unknown-patch": (BASE, BASE, {"patched": {"fp9-kv"}, "patched_ok": {"fp8-kv-query"}}),
+    "patch-requires": (BASE, BASE, {"patched": {"fp8-prefill"}, "patched_ok": {"w4-dispatch", "fp8-prefill"}}),
     "unsafe-token": (f'{BASE} --served-model-name "my model"', f"{BASE} --served-model-name my-model", {}),
 }
 
