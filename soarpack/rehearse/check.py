@@ -390,7 +390,7 @@ def fork_loads_it(c: Check) -> Done:
     """The checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
 
     Always on the image stack, --dev-stack or not: the fork pins its own transformers and does not import on ours."""
-    from soarpack.serve.forkcheck import run_fork_check
+    from soarpack.serve.forkcheck import run_fork_check, unwritten_required
 
     if c.sglang_mode == "tree":
         tree = c.root / layout.SGLANG_TREE / "python"
@@ -406,7 +406,7 @@ def fork_loads_it(c: Check) -> Done:
     data = {"recipe": result.recipe, "fork_commit": result.fork_commit,
             "linears": len(result.rows), "as_planned": sum(r.ok for r in result.rows),
             "tensors_loaded": report.get("tensors_loaded"), "without_parameter": len(report.get("orphans", [])),
-            "unwritten": len(report.get("unwritten", [])), "problems": result.problems,
+            "unwritten": len(unwritten_required(report)), "problems": result.problems,
             "versions": report.get("versions")}
     if not result.ok:
         if result.log:

@@ -35,6 +35,7 @@ RULES: Dict[str, str] = {
     "marlin-grid": "gptq_marlin serves bits 4/8 and group size -1/32/64/128 only",
     "marlin-desc-act": "desc_act = true is slower under gptq_marlin",
     "no-quantization": "no --quantization: SGLang picks the method from the checkpoint",
+    "quantization-recipe": "--quantization disagrees with the checkpoint the recipe makes (GPTQ, or unquantized)",
     "force-dense-sparse-backend": "--force-dense-minicpm with a minicpm_* backend: the sparse backend refuses a dense config",
     "dense-as-sparse-ignored": "--dense-as-sparse only acts on the minicpm sparse backend",
     "no-attention-backend": "no --attention-backend: SGLang picks one for the hybrid model",
@@ -49,10 +50,12 @@ ERROR_RULES = {
     "underscore-flag", "not-a-flag", "unknown-flag", "missing-value", "bad-choice", "duplicate-flag", "gptq-needs-fp16",
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch", "patch-requires",
+    "quantization-recipe",
     "mem-fraction-range", "unsafe-token",
 }
 PLATFORM_FLAGS = launch.PLATFORM_FLAGS
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
+GPTQ_METHODS = ("gptq_marlin", "gptq")  # the --quantization values that read a GPTQ checkpoint
 DTYPE_PATCH = "sparse-dtype"
 SPARSE_BACKENDS = ("minicpm_flashinfer", "minicpm_flashattn")
 PLATFORM_MAX_RUNNING = launch.MAX_RUNNING_REQUESTS
@@ -233,10 +236,20 @@ def lint_args(
                                                               "(bf16 is hard-coded: 'query and key must have the same dtype')"))
         findings.append(_finding("fp16-accuracy", f"--dtype {dtype}: a peer's fp16 runs fell from 83.0 to 46.6 accuracy; serve bfloat16"))
 
-    if recipe is not None:
-        grid = recipe_grid(recipe)
+    grid = recipe_grid(recipe) if recipe is not None else None
+    if grid is not None and not grid.quantizes:
+        if quant in GPTQ_METHODS:
+            findings.append(_finding("quantization-recipe", f"--quantization {quant} with recipe {grid.name}, which quantizes "
+                                                            "nothing: the checkpoint is the original bf16 one, without the "
+                                                            "qweight a GPTQ method loads; use --quantization fp8 or none"))
+    elif grid is not None:
         if quant is None:
             findings.append(_finding("no-quantization", f"recipe {grid.name} is GPTQ; pass --quantization gptq_marlin so the kernel is certain"))
+        elif quant not in GPTQ_METHODS:
+            findings.append(_finding("quantization-recipe", f"--quantization {quant} with GPTQ recipe {grid.name}: the fork "
+                                                            "refuses a method that disagrees with the checkpoint's "
+                                                            "quantization_config; use --quantization gptq_marlin (or a "
+                                                            "recipe with method = \"none\" for online fp8)"))
         if quant in ("gptq_marlin", None):
             if not grid.sym:
                 findings.append(_finding("marlin-asym-recipe", f"recipe {grid.name} is asymmetric (sym = false); gptq_marlin serves sym only: "
