@@ -199,18 +199,18 @@ def main(argv: list[str] | None = None) -> int:
         timings["validate"] = round(time.monotonic() - t0, 1)
         log(f"phase validate: ok in {timings['validate']} s (soarpack {manifest.get('soarpack_version')}, profile {manifest.get('profile')})")
         (BUNDLE / "logs").mkdir(exist_ok=True)
-        if quantize_method(manifest) == "none":
-            copy_phase(args.input, args.output, timings)
-            if not args.no_verify:  # every file against the original, byte for byte (links are not read)
-                run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output),
-                                     "--original", str(args.input)], timings)
-        else:
+        if quantize_method(manifest) == "gptq":
             run_phase("quantize", quantize_command(manifest, args.input, args.output, non_empty), timings)
             if not args.no_verify:
                 # quantize already compared the checkpoint with the original before its atomic rename; this
                 # re-checks the structure of what landed at --output (seconds, not the minutes of a per-module
                 # comparison)
                 run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output)], timings)
+        else:
+            copy_phase(args.input, args.output, timings)
+            if not args.no_verify:  # every file against the original, byte for byte (links are not read)
+                run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output),
+                                     "--original", str(args.input)], timings)
     except Failure as exc:
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
         return 1

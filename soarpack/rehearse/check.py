@@ -366,7 +366,10 @@ def prepare_model(c: Check) -> Done:
     from soarpack.quant.capture import count_said
 
     data = {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}
-    detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
+    if c.manifest["quantize"].get("method") == "none":  # the recipe quantizes nothing: preprocess copied it
+        detail = f"copied the tiny model as it is (recipe {recipe} quantizes nothing; the server quantizes at load)"
+    else:
+        detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
     said = count_said(proc.stdout)
     if said:  # the libraries' warnings went to quantize's log: the count and where, not the lines
         data.update(library_warnings=said[0], library_log=said[1])
