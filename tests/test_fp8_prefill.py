@@ -234,3 +234,32 @@ def test_the_kernels_it_calls_have_one_signature_in_both_sgl_kernels():
         "sgl_per_token_quant_fp8(Tensor input, Tensor output_q, Tensor output_s) -> ()"
     assert schemas["0.4.5"]["sgl_per_token_quant_fp8"] == \
         "sgl_per_token_quant_fp8(Tensor input, Tensor! output_q, Tensor! output_s) -> ()"
+
+
+def test_the_device_scripts_rehearse_on_the_cpu(tmp_path):
+    """benchmarks/gpu_fp8_prefill.py numerics (the CPU stand-in of the fork's code: the same recipe by the patch's
+    functions) and render (on a stand-in `soarpack kernels` JSON); the shell scripts parse."""
+    import subprocess
+
+    import gpu_fp8_prefill as G
+
+    out = tmp_path / "n.json"
+    assert G.main(["numerics", "--device", "cpu", "--shapes", "256x512", "--m", "4,64", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert {(r["bits"], r["M"], r["inputs"]) for r in res["rows"]} == {(b, m, i) for b in (4, 8) for m in (4, 64)
+                                                                       for i in ("gaussian", "outliers")}
+    for r in res["rows"]:
+        assert r["bf16_vs_fp32"] < 5e-3 and 5e-3 < r["patch_vs_bf16"] < 6e-2 and 5e-3 < r["fork_vs_bf16"] < 6e-2
+        assert r["patch_vs_fork"] < r["patch_vs_bf16"]  # the bf16 rounding of the weight, not the FP8 error
+    assert "fork-recipe" in res["fork"]
+    sys.path.insert(0, str(REPO / "tests"))
+    import kernels_standin
+    from soarpack.kernels import measure as K
+
+    kres = K.run_kernels(recipes=["w4-mlp"], ms=[1, 32, 4096, 8192], backend=kernels_standin.backend())
+    (tmp_path / "k.json").write_text(json.dumps(kres))
+    text = G.render_kernels(json.loads((tmp_path / "k.json").read_text()))
+    assert "Bar (FP8 route <= 0.7x bf16 at M = 4096 and 8192 on every shape; Marlin the route at M <= 32): **met**" in text
+    assert f"`SOARPACK_FP8_PREFILL={kres['fp8_env']}`" in text and "| 32768x4096 (gate_up) | 4 | 8192 |" in text
+    for script in ("benchmarks/gpu_fp8_prefill.sh", "benchmarks/gpu_serve/device_run.sh"):
+        assert subprocess.run(["bash", "-n", str(REPO / script)]).returncode == 0, script
