@@ -271,3 +271,26 @@ def test_check_rehearses_both_profiles_end_to_end(tmp_path, probe_wheels, sglang
     else:
         assert steps["sglang patches"].status == PASS, steps["sglang patches"].detail
     assert "profile-flagged" in [r.name for r in report.risks]
+
+
+@pytest.mark.slow
+@pytest.mark.image_stack
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("profile,commit", [("fp8", "377b0b5eb"), ("fast-fp8", "d29fb130c")])
+def test_both_profiles_are_uploadable_on_the_image_stack(tmp_path, sglang_fork_trees, image_python, profile, commit):
+    """The bundles with their real wheels, `soarpack check` on the image stand-in (its default stack) with the fork
+    given: prepare_env.sh (patching the fork for fast-fp8), prepare_model.sh (a copy for fp8, GPTQ for fast-fp8),
+    verify and the fork's own loader all pass; the FP8 risk is named and does not block."""
+    from soarpack.rehearse.check import FAIL, PASS, check_bundle
+
+    bundle = build_bundle(tmp_path / f"{profile}.tar.gz", profile=profile).path
+    report = check_bundle(bundle, sglang_src=sglang_fork_trees[commit])
+    failed = " | ".join(f"{s.name}: {s.detail}" for s in report.steps if s.status == FAIL)
+    assert report.uploadable, f"{report.not_uploadable_because} | {failed}"
+    assert report.stack == "image stack"
+    steps = {s.name: s for s in report.steps}
+    for name in ("prepare_env.sh", "bundled wheels", "prepare_model.sh", "verify", "fork loads it"):
+        assert steps[name].status == PASS, (name, steps[name].detail)
+    if profile == "fast-fp8":
+        assert steps["sglang patches"].status == PASS, steps["sglang patches"].detail
+    assert [r.name for r in report.risks if r.name == "profile-flagged"] and report.verdict_line().startswith("uploadable")
