@@ -1,5 +1,5 @@
 """Issue 37's per-linear numerics of patch 05's FP8 route, beside the fork's own --quantization fp8 linear, and the
-tables of RESULTS.md §9 (numerics, and the kernel table `soarpack kernels` wrote).
+tables of RESULTS.md §10 (numerics, and the kernel table `soarpack kernels` wrote).
 
     python benchmarks/gpu_fp8_prefill.py numerics --fork PATCHED/python --json numerics.json    # on the device
     python benchmarks/gpu_fp8_prefill.py numerics --device cpu --shapes 256x512 --m 4,64 --json n.json  # CPU rehearsal

@@ -3,7 +3,7 @@
 # bf16, Marlin and patch 04's dispatch at M = 1..16384 on every SALA shape (`soarpack kernels`, with its thresholds
 # and the bar), and the per-linear numerics of the FP8 route beside the fork's own --quantization fp8 linear
 # (benchmarks/gpu_fp8_prefill.py numerics, the fork's code imported). From the repository root on the device
-# (benchmarks/RESULTS.md §9, "The device calls"):
+# (benchmarks/RESULTS.md §10, "The device calls"):
 #
 #   timeout -s TERM 590 bash benchmarks/gpu_fp8_prefill.sh     # again in a second call if the first ran out of time
 #
@@ -14,7 +14,7 @@
 # Carry .whl (benchmarks/gpu_serve/fetch_wheels.py: sglang-kernel 0.4.5, whose sm90 ops hold fp8_scaled_mm and
 # sgl_per_token_quant_fp8; pydantic; the fork's tarball; the Marlin sources or a built .so). Every call brings back
 # in $OUT what exists so far: gpu_fp8_prefill.txt (this output), numerics.txt, fp8-numerics.json, kernels-fp8.txt,
-# kernels-fp8.json, fp8-tables.md (the markdown for RESULTS.md §9).
+# kernels-fp8.json, fp8-tables.md (the markdown for RESULTS.md §10).
 set -uo pipefail
 FINAL=${OUT:-/tmp/out}; K=/tmp/f8; mkdir -p "$FINAL" "$K"
 collect() { cp "$K"/numerics.txt "$K"/fp8-numerics.json "$K"/kernels-fp8.txt "$K"/kernels-fp8.json "$K"/fp8-tables.md "$FINAL"/ 2>/dev/null; }
@@ -60,7 +60,7 @@ if [ ! -s $K/kernels-fp8.json ]; then
 fi
 tail -25 $K/kernels-fp8.txt
 
-step "3. the tables for RESULTS.md §9"
+step "3. the tables for RESULTS.md §10"
 [ -s $K/kernels-fp8.json ] && [ -s $K/fp8-numerics.json ] &&
   PYTHONPATH=$SITE:$ROOT python3 benchmarks/gpu_fp8_prefill.py render --kernels $K/kernels-fp8.json \
     --numerics $K/fp8-numerics.json > $K/fp8-tables.md 2>&1 && grep -A3 "^Bar" $K/fp8-tables.md

@@ -43,6 +43,7 @@ NEEDS_TORCH = frozenset({
     "test_serve_forkcheck.py", "test_quant_glacheck.py", "test_quant_quiet.py", "test_sala_streaming.py",
     "test_quant_engine.py", "test_w4_dispatch.py", "test_verdicts_calibration.py", "test_kernels_splitk.py",
     "test_fp8_prefill.py",
+    "test_gla_decode.py",
 })
 
 
