@@ -4,7 +4,8 @@ Every problem is collected (not just the first): module set and exact shapes for
 either quantized or matched by a `-:` rule and stored as `.weight`), Marlin compatibility, sequential `g_idx` when
 desc_act is false, GPTQ v1 symmetric qzeros, no NaN/Inf, the dtype policy, no derived keys in config.json, no
 absolute paths, and, given the original: byte-identical tokenizer/templates/generation config/remote code,
-unchanged 16-bit tensors and the per-module dequantization error.
+unchanged 16-bit tensors and the per-module dequantization error. An unquantized checkpoint (recipe method "none",
+which prepare_model.sh copies) is checked against the original only: the same files, byte for byte.
 """
 
 from __future__ import annotations
