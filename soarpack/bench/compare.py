@@ -4,7 +4,9 @@ Files are grouped into runs by their label (`--label` of eval/bench), else by th
 are relative: S = 100 × best / ours with `best` the fastest of the compared runs per tier (or the given best
 times), so the fastest run scores 100. A run is below the gate when its eval says C < 1 or is incomplete; it is
 `at risk` when its ori passes but the 95 % interval of its ori (stratified by task, bench.scoring.Gate) reaches the
-full-credit line (soarpack.facts.scoring).
+full-credit line (soarpack.facts.scoring). A run whose results name their bundle (eval/bench --bundle) also carries
+the risks this soarpack's evidence gives its built-in profile and recipe (soarpack.bundle.risks: the FP8 profiles'
+unmeasured accuracy, a recipe measured below the gate), printed under the table.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class Run:
     durations: Dict[str, float] = field(default_factory=dict)
     scores: Dict[str, float] = field(default_factory=dict)
     final: Optional[float] = None
+    profile: Optional[str] = None  # the bundle's profile and recipe, when the results name their bundle
+    recipe: Optional[str] = None
+    risks: List[str] = field(default_factory=list)  # soarpack.bundle.risks lines for that profile and recipe
 
     @property
     def below_gate(self) -> bool:
@@ -90,8 +95,24 @@ def load_runs(paths: Sequence[Path]) -> List[Run]:
                 raise InputDataError(f"run {run.name!r} has tier(s) {sorted(set(durations) & set(run.durations))} twice "
                                      f"({run.files} and {path})", "give each run its own --label")
             run.durations.update(durations)
+        bundle = (data.get("measured") or {}).get("bundle") or {}
+        run.profile = run.profile or bundle.get("profile")
+        run.recipe = run.recipe or bundle.get("recipe")
         run.files.append(str(path))
+    for run in runs.values():
+        run.risks = evidence_risks(run.profile, run.recipe)
     return list(runs.values())
+
+
+def evidence_risks(profile: Optional[str], recipe: Optional[str]) -> List[str]:
+    """The risk lines this soarpack's evidence gives a built-in profile and recipe (none for other names)."""
+    if not profile and not recipe:
+        return []
+    from soarpack.bundle.risks import _builtin_evidence, risks_of
+
+    recipe_ev = _builtin_evidence("recipe", recipe) if recipe else []
+    profile_ev = _builtin_evidence("profile", profile) if profile else []
+    return [r.line() for r in risks_of(str(recipe), recipe_ev, str(profile), profile_ev, None)]
 
 
 def eval_gate(data: dict) -> Gate:
@@ -147,10 +168,11 @@ def render(runs: List[Run], fmt: str, best: Dict[str, float]) -> str:
         csv.writer(out, lineterminator="\n").writerows(rows)
         return out.getvalue().rstrip("\n")
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    risks = [f"{r.name}: {line}" for r in runs for line in r.risks]
     if fmt == "md":
         lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
         lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] + [f"- {line}" for line in risks] if risks else []))
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + risks)

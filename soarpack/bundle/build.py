@@ -293,8 +293,17 @@ def build_bundle(
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
         on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
-        calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
-        on_event(Event("info", "build", calibration_line(calib_origin)))
+        if rec.quantizes:
+            calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
+            on_event(Event("info", "build", calibration_line(calib_origin)))
+        else:  # nothing to calibrate: prepare_model.sh copies the original checkpoint
+            if calib or rows is not None:
+                raise ConfigError(f"recipe {rec.name} quantizes nothing (method = \"none\"): "
+                                  f"{'--calib' if calib else '--rows'} has no use",
+                                  "leave it out, or pick a GPTQ recipe")
+            calib_names, held_out_names, calib_origin = [], [], None
+            on_event(Event("info", "build", f"no calibration: recipe {rec.name} quantizes nothing; prepare_model.sh "
+                                            "copies the original checkpoint"))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
@@ -317,7 +326,7 @@ def build_bundle(
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
             "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
                          "held_out": held_out_names, "extra_args": quantize_extra_args(rows),
-                         "calibration": calib_origin},
+                         "calibration": calib_origin, **({} if rec.quantizes else {"method": "none"})},
             "evidence": evidence_record(rec, prof),
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},

@@ -137,8 +137,14 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
         exports["SGLANG_SERVER_ARGS"] = [v + (" (fallback: when the SGLang patches do not install)"
                                               if v == fallback and fallback != server_args else "")
                                          for v in exports["SGLANG_SERVER_ARGS"]]
-    phases = _PHASE.findall(files[layout.PREPROCESS])
+    phases = list(dict.fromkeys(_PHASE.findall(files[layout.PREPROCESS])))  # one run per phase, in code order
     runs = []
+    if (manifest.get("quantize") or {}).get("method") == "none":  # a recipe that quantizes nothing: a copy
+        phases = []
+        runs = [{"phase": "copy", "command": f"(preprocess_model.py) {QUANTIZED} becomes {ORIGINAL}, file for file: "
+                                             "hard links where the filesystem allows, else copies", "logs": []},
+                {"phase": "verify", "command": f"$SOARPACK_PYTHON -m soarpack verify {QUANTIZED} --original {ORIGINAL}",
+                 "logs": []}]
     for phase in phases:
         if phase == "quantize":
             runs.append({"phase": phase, "command": " ".join(quantize_line(manifest)),
