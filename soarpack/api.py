@@ -369,9 +369,10 @@ def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optiona
     """
     from soarpack.bench.compare import load_runs, score_runs
     from soarpack.bench.results import CompareResult
+    from soarpack.bundle.risks import evidence_risk_lines
 
     paths = _paths(results) or []
-    runs = load_runs(paths)
+    runs = load_runs(paths, risks=evidence_risk_lines)
     best = score_runs(runs, {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax))
                              if v is not None})
     if chart is not None:

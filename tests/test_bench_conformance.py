@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from soarpack.bench.evaluate import EvalConfig, run_eval
-from soarpack.bench.speed import BenchConfig, load_speed_pairs, prepare_requests, run_bench
+from soarpack.bench.speed import load_speed_pairs, prepare_requests
 from soarpack.bench.speedset import Bucket, Mix, jsonl_text, make_speedset
 from soarpack.bench.tokenizer import count_tokens, load_tokenizer
 from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
@@ -220,10 +220,16 @@ def test_bench_sends_what_the_organisers_script_sends_and_times_it_alike(stack, 
     their_durations = json.loads(theirs.stdout.strip().splitlines()[-1])
     assert set(their_durations) == {"S1", "S8", "Smax"} and all(d > 0 for d in their_durations.values()), theirs.stdout[-3000:]
 
+    # soarpack bench in a process of its own, as the organisers' client: neither shares the stand-in's interpreter.
+    ours_env = {**os.environ, "PYTHONPATH": SOARPACK_ROOT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with FakeSGLang(model_id=str(model_dir), generate=script) as server:
-        run_bench(BenchConfig(api_base=server.url, tiers=speed_files, model_dir=model_dir, trust_remote_code=True,
-                              output=tmp_path / "bench.json"))
+        mine = subprocess.run([sys.executable, "-m", "soarpack", "bench", "--api-base", server.url, "--model-dir",
+                               str(model_dir), "--trust-remote-code", "--s1", str(speed_files["s1"]), "--s8",
+                               str(speed_files["s8"]), "--smax", str(speed_files["smax"]), "-o",
+                               str(tmp_path / "bench.json")], cwd=tmp_path, env=ours_env, capture_output=True,
+                              text=True, timeout=900)
         our_bodies, our_events = list(server.generate_bodies), list(server.events)
+    assert mine.returncode == 0, mine.stdout[-3000:] + mine.stderr[-3000:]
 
     their_runs, our_runs = _split_runs(their_bodies, their_events), _split_runs(our_bodies, our_events)
     assert len(their_runs) == len(our_runs) == 3  # S1, S8, Smax: each warmed up, flushed and closed by server info

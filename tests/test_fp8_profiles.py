@@ -114,8 +114,9 @@ def test_compare_names_the_fp8_risk_of_a_runs_bundle(tmp_path):
 
     files = [bench("ff", "fast-fp8", "w4-mlp"), bench("plain", "safe", "w4-mlp")]
     from soarpack.bench.compare import load_runs
+    from soarpack.bundle.risks import evidence_risk_lines
 
-    runs = {r.name: r for r in load_runs(files)}
+    runs = {r.name: r for r in load_runs(files, risks=evidence_risk_lines)}
     assert runs["plain"].risks == []
     assert len(runs["ff"].risks) == 1 and "profile fast-fp8" in runs["ff"].risks[0]
     result = CliRunner().invoke(app, ["compare", *map(str, files)])

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "soarpack"
 # Lower layers never import higher ones. Modules at the package root sit at the bottom.
 LAYERS = {
     "__init__": 0, "errors": 0, "_toml": 0, "facts": 0, "schema": 0, "steps": 0, "printable": 0, "fsutil": 1, "inputs": 1,
-    "evidence": 1, "cachelock": 0, "imagestack": 1, "cache": 1, "envinfo": 1, "sala": 2, "recipe": 3, "quant": 4,
+    "evidence": 1, "cachelock": 0, "cachemark": 1, "imagestack": 1, "cache": 1, "envinfo": 1, "sala": 2, "recipe": 3, "quant": 4,
     "serve": 5, "bench": 5, "kernels": 5, "bundle": 6, "diagnose": 6, "rehearse": 7, "api": 8, "cli": 9, "__main__": 10,
     "apinames": 0, "deprecation": 0,
 }

@@ -16,7 +16,7 @@ import io
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from soarpack.bench.competition import TIER_WEIGHTS, read_result, durations_from_bench, tier_score
 from soarpack.bench.evaluate import EVAL_KIND
@@ -72,7 +72,8 @@ def _run_name(data: dict, path: Path) -> str:
     return measured.get("label") or data.get("model") or path.stem
 
 
-def load_runs(paths: Sequence[Path]) -> List[Run]:
+def load_runs(paths: Sequence[Path],
+              risks: Optional[Callable[[Optional[str], Optional[str]], List[str]]] = None) -> List[Run]:
     """One Run per label (or served model), in the order of first appearance."""
     runs: Dict[str, Run] = {}
     for path in map(Path, paths):
@@ -100,19 +101,9 @@ def load_runs(paths: Sequence[Path]) -> List[Run]:
         run.recipe = run.recipe or bundle.get("recipe")
         run.files.append(str(path))
     for run in runs.values():
-        run.risks = evidence_risks(run.profile, run.recipe)
+        # The risk lines of the run's profile and recipe come from the layer above (bundle.risks): passed in.
+        run.risks = risks(run.profile, run.recipe) if risks is not None else []
     return list(runs.values())
-
-
-def evidence_risks(profile: Optional[str], recipe: Optional[str]) -> List[str]:
-    """The risk lines this soarpack's evidence gives a built-in profile and recipe (none for other names)."""
-    if not profile and not recipe:
-        return []
-    from soarpack.bundle.risks import _builtin_evidence, risks_of
-
-    recipe_ev = _builtin_evidence("recipe", recipe) if recipe else []
-    profile_ev = _builtin_evidence("profile", profile) if profile else []
-    return [r.line() for r in risks_of(str(recipe), recipe_ev, str(profile), profile_ev, None)]
 
 
 def eval_gate(data: dict) -> Gate:

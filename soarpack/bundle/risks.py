@@ -119,6 +119,16 @@ def _builtin_evidence(what: str, name: str) -> List[Evidence]:
     return list(load_profile(name).evidence) if name in list_profiles() else []
 
 
+def evidence_risk_lines(profile: Optional[str], recipe: Optional[str]) -> List[str]:
+    """The risk lines this soarpack's evidence gives a built-in profile and recipe (none for other names): what
+    `compare` shows under a run whose result names its bundle."""
+    if not profile and not recipe:
+        return []
+    recipe_ev = _builtin_evidence("recipe", recipe) if recipe else []
+    profile_ev = _builtin_evidence("profile", profile) if profile else []
+    return [r.line() for r in risks_of(str(recipe), recipe_ev, str(profile), profile_ev, None)]
+
+
 def manifest_risks(manifest: Dict[str, Any]) -> List[Risk]:
     """The risks of a bundle from its MANIFEST.json. A bundle built before evidence was recorded gets this
     soarpack's evidence for its built-in recipe and profile names, and the calibration risk its file list shows."""

@@ -29,10 +29,14 @@ from soarpack.recipe.files import builtin_names, locate, read_toml
 from soarpack.recipe.keys import check_keys, read_evidence
 from soarpack.schema import StrictModel, validated
 
-# "safe" is what passed the accuracy gate on the platform. "fp8-kv" is faster on paper, but every peer run of fp8 KV
-# on the sparse path stayed below the gate with no S1 gain; it stays opt-in until measured (its [[evidence]] says so),
-# as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA).
-DEFAULT_PROFILE = "safe"
+# The default is "fast" (issue 36): w4-mlp (what a peer passed the gate with, as "safe") with the w4-dispatch patch.
+# On the fork's real server on an H200 (benchmarks/RESULTS.md §11) it was no slower than bf16 at any tier of either
+# speed set timed, while "safe" (Marlin at every M) was slower than bf16 at c=8 on 12K-token prompts there (issue 37).
+# Unmeasured for it: sm_120, sgl-kernel 0.3.20, the sparse backend (its [[evidence]] says so, and check shows it as
+# a risk); it falls back to "safe" where the patch does not apply, and to Marlin where the dequantize route fails.
+# "fp8-kv" is faster on paper, but every peer run of fp8 KV on the sparse path stayed below the gate with no S1 gain;
+# it stays opt-in until measured, as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA).
+DEFAULT_PROFILE = "fast"
 # Renamed built-in profiles, old name -> new: what a MANIFEST written before the rename means by the old name.
 # Issue 37: "fp8" (fp8_e5m2 KV on the sparse backend) became "fp8-kv", and "fp8" is now the W8A8 profile.
 RENAMED = {"fp8": "fp8-kv"}
