@@ -122,16 +122,22 @@ def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: A
     from soarpack.quant.calibinfo import file_rows
     from soarpack.quant.options import HELD_OUT_ROWS, CalibrationOverrides, resolve_calibration
 
+    from soarpack.quant.calib import check_builtin_rows
+
     out_dir = stage / layout.CALIB_DIR
     out_dir.mkdir()
-    settings, _ = resolve_calibration(CalibrationOverrides(rows=rows if rows is not None else asked_rows),
-                                      rec.calibration)
+    settings, written_by = resolve_calibration(CalibrationOverrides(rows=rows if rows is not None else asked_rows),
+                                               rec.calibration)
     # only build --rows reaches the platform's quantize (as MANIFEST quantize.extra_args)
     asked, asked_by = resolve_calibration(CalibrationOverrides(rows=asked_rows), rec.calibration)
+    if not calib:  # refused before anything is generated when it cannot fit in the one file quantize reads
+        who = {"cli": "build --rows" if rows is None else "calib_rows", "recipe": f"recipe {rec.name}'s [calibration]",
+               "default": "soarpack's default"}[written_by["rows"]]
+        check_builtin_rows(settings.rows, settings.seed, settings.max_len, who)
     write_builtin_calibration(out_dir / "heldout.jsonl", HELD_OUT_ROWS, settings.seed, settings.max_len, held_out=True)
     held_out = [f"{layout.CALIB_DIR}/heldout.jsonl"]
     if not calib:
-        write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len)
+        write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len, asked=who)
         names = [f"{layout.CALIB_DIR}/builtin.jsonl"]
     else:
         names = []
