@@ -76,12 +76,45 @@ def default_output(profile_name: str, recipe_name: str, digest: str) -> Path:
     return Path(f"soarpack-{clean(profile_name)}-{clean(recipe_name)}-{digest[:8]}.tar.gz")
 
 
-def newest_bundle(folder: Path = Path(".")) -> Path:
-    """The most recently written soarpack-*.tar.gz in `folder` (what `check` and `inspect` take by default)."""
-    found = sorted(folder.glob(DEFAULT_NAME_GLOB), key=lambda p: p.stat().st_mtime)
+FUTURE_SLACK_S = 2.0  # a modification time further ahead of the clock than this was set, not written
+
+
+def newest_bundle(folder: Path = Path("."), now: Optional[float] = None) -> Path:
+    """The most recently written soarpack-*.tar.gz in `folder` (what `check` and `inspect` take by default).
+
+    A bundle records no build time (the same inputs give the same bytes), so its file times decide, and only
+    when they agree: the newest by modification time must also be the newest by status-change time (which no
+    tool sets back or ahead: a copy with `cp -p`, `touch -d` or an unpacked archive moves only the former), and no
+    candidate's modification time may lie in the future. Otherwise which bundle is newest is ambiguous: refused,
+    naming the candidates, rather than guessed."""
+    import time
+
+    found = []
+    for path in folder.glob(DEFAULT_NAME_GLOB):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            found.append((path, st.st_mtime, st.st_ctime))
     if not found:
         raise ConfigError(f"no {DEFAULT_NAME_GLOB} in {folder.resolve()}", "run soarpack build first, or pass BUNDLE")
-    return found[-1]
+    if len(found) == 1:
+        return found[0][0]
+    now = time.time() if now is None else now
+    by_mtime = sorted(found, key=lambda f: f[1])
+    by_ctime = sorted(found, key=lambda f: f[2])
+    future = [f[0].name for f in found if f[1] > now + FUTURE_SLACK_S]
+    tie = by_mtime[-1][1] == by_mtime[-2][1]
+    why = (f"{', '.join(future)} {'has' if len(future) == 1 else 'have'} a modification time in the future" if future
+           else "two have the same modification time" if tie
+           else f"{by_mtime[-1][0].name} was modified last but {by_ctime[-1][0].name} was written last"
+           if by_mtime[-1][0] != by_ctime[-1][0] else None)
+    if why:
+        names = ", ".join(sorted(f[0].name for f in found))
+        raise ConfigError(f"{len(found)} bundles in {folder.resolve()} and which is newest is unclear: {why} "
+                          f"({names})", "pass BUNDLE, the .tar.gz to use")
+    return by_mtime[-1][0]
 
 
 def _copy_sources(stage: Path) -> None:
