@@ -8,6 +8,7 @@ command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" "torch==2.13.0" -e ".[quant,dev]"  # dev: pytest and uv, the platform's installer, which check uses
+"${PIP[@]}" "torch==2.13.0" -e ".[quant,dev,kernels]"  # dev: pytest and uv, the platform's installer, which check uses;
+# kernels: triton and fla-core, for the Triton kernels' CPU tests (~190 MB download)
 # The versions, and the libraries' import-time warnings and banner counted into a log instead of shown.
 .venv/bin/python scripts/import_check.py .venv/import-check.log

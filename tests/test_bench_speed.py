@@ -172,12 +172,12 @@ def test_tokenizer_comes_only_from_the_model_dir_the_user_names(tmp_path, tokeni
 def test_malformed_speed_file_fails_before_any_request(tmp_path, tokenizer_dir):
     good = speed_file(tmp_path / "s.jsonl", [3])
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"question": "a b", "model_response": "c d"}\n{"question": "x"}\n')
+    bad.write_text('{"question": "a b", "model_response": "c d"}\n{"model_response": "x"}\n')
     with FakeSGLang() as server:
         result = CliRunner().invoke(app, ["bench", "--api-base", server.url, "--s1", str(good), "--smax", str(bad),
                                           "--tokenizer", str(tokenizer_dir), "-o", str(tmp_path / "b.json")])
         assert server.generate_bodies == []
-    assert result.exit_code == 2 and in_output("bad.jsonl:2: neither", result)
+    assert result.exit_code == 2 and in_output("bad.jsonl:2: no question", result)
 
 
 def test_cli_bench_then_score(tmp_path, tokenizer_dir):

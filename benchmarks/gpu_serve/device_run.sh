@@ -12,7 +12,7 @@
 #             and tokenizers come from the carried site, transformers is not imported)
 #   bf16 | w4 the fork's server on that checkpoint (launch.py), 3 prompts x 16 greedy tokens, the token table;
 #             the server's first 200 log lines and the table land in $OUT
-#   speedset  `soarpack speedset` on the bf16 model's tokenizer with speed-mix-1of16.toml, $BENCH_ROWS rows
+#   speedset  `soarpack speedset` on the bf16 model's tokenizer with the 1of16 preset, $BENCH_ROWS rows
 #   bench-bf16 | bench-w4 | bench-w4d
 #             the server (w4d: the fork with soarpack's w4-dispatch patch) with the tokenizer on, `soarpack bench`
 #             S1 and S8 on the speed set, the server stopped; bench-<v>.json in $OUT
@@ -33,53 +33,20 @@ trap pack EXIT
 # On TERM (the call's `timeout`) pack runs from this trap itself: an `exit` here, inside a stage whose output goes to
 # a killed tee, ended bash before the EXIT trap ran (seen on the device: a whole call came back with no file).
 trap 'exec >>"$W/run.log" 2>&1; trap - EXIT; pack; exit 143' TERM
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
-GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
+. "$(dirname "$0")/lib.sh"; cd "$ROOT"
 # The 2-layer model has the release vocabulary (73448) and the tiny 512-token tokenizer: ids go in and come out as
 # ids (compare.py query sends input_ids), so the server skips its tokenizer and detokenizer. SERVE_EXTRA= keeps them.
 SERVE_EXTRA=${SERVE_EXTRA---skip-tokenizer-init}
-LAYERS=${LAYERS:-2}; BENCH_ROWS=${BENCH_ROWS:-16}; REHEARSE_MAX_TOKENS=${REHEARSE_MAX_TOKENS:-32}
+BENCH_ROWS=${BENCH_ROWS:-16}; REHEARSE_MAX_TOKENS=${REHEARSE_MAX_TOKENS:-32}
 # The benches time S1 and S8 only: CUDA graphs up to bs 8 cover both and capture in less time than the profile's 32.
 BENCH_EXTRA=${BENCH_EXTRA---cuda-graph-max-bs 8}
-SP="python3 -m soarpack"  # soarpack's CLI under the device's Python: PYTHONPATH=$ROOT:$SITE (typer, rich, httpx there)
-MARLIN_SO=${MARLIN_SO:-$(ls .whl/*marlin*.so .gpu/*marlin*.so 2>/dev/null | head -1)}
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/run.log"; }
-port_busy() { python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $PORT), 2)" 2>/dev/null; }
-server_path() { echo "$ROOT/$GS/shim:$FORK:$SITE:$ROOT"; }
 
-# The server (launch.py) in its own process group (setsid), so the scheduler and detokenizer it spawns are stopped
-# with it; SERVER_PGID lets pack() stop it too when the call is cut short. A server still answering on the port (one
-# an earlier call left) would be measured instead of this one: refused.
-server_up() {  # $1 log, $2 checkpoint, $3 fork tree, $4 extra server flags (split at spaces), then launch.py's flags
-  local log=$1 ckpt=$2 fork=$3 extra=$4; shift 4
-  ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
-  setsid python3 $GS/launch.py --model-path "$ckpt" --port $PORT --fork-src "$fork" --site $SITE "$@" \
-    -- $extra > "$log" 2>&1 &
-  SERVER_PGID=$!
-}
-server_down() {
-  kill -TERM -- -"$SERVER_PGID" 2>/dev/null; sleep 5; kill -KILL -- -"$SERVER_PGID" 2>/dev/null; SERVER_PGID=
-}
-
-stage_install() {
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl &&
-  tar -xzf .whl/sglang-kernel-0.4.5-sm90.tar.gz -C "$SITE" &&
-  mkdir -p /tmp/fork && tar -xzf .whl/d29fb130c-python.tar.gz -C /tmp/fork &&
-  { [ ! -f .whl/jitcache.tgz ] || tar -xzf .whl/jitcache.tgz -C ~; } &&
-  du -sh "$SITE" /tmp/fork
-}
+stage_install() { install_carried; }
 stage_check() {
   PYTHONPATH=$(server_path) SOARPACK_MARLIN_SO=${MARLIN_SO:+$ROOT/$MARLIN_SO} \
     python3 $GS/device_check.py --out "$OUT/check.json"
 }
-stage_build() {
-  [ ! -f $M/built-$LAYERS ] || { echo "built earlier on this machine: $LAYERS layers in $M"; du -sh $M/*; return 0; }
-  rm -rf $M
-  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --layers "$LAYERS" --device cuda &&
-  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda &&
-  touch $M/built-$LAYERS && du -sh $M/*
-}
+stage_build() { build_models; }
 stage_ref() {
   for v in bf16 w4; do
     PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --out "$OUT/ref-$v.json" --device cuda || return 1
@@ -105,7 +72,7 @@ serve_and_compare() {  # $1: bf16 | w4
 stage_bf16() { serve_and_compare bf16; }
 stage_w4() { [ -n "$MARLIN_SO" ] || { echo "no Marlin extension (MARLIN_SO)"; return 2; }; serve_and_compare w4; }
 stage_speedset() {
-  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$BENCH_ROWS" --mix $GS/speed-mix-1of16.toml \
+  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$BENCH_ROWS" --mix 1of16 \
     -o "$OUT/speed.jsonl" --force --json
 }
 serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
@@ -116,15 +83,11 @@ serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
     [ -f $ckpt/config.json ] || PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $ckpt --recipe w4-full \
       --device cuda || return 1
   fi
-  if [ "$v" = w4d ]; then
-    fork=/tmp/fork-d/python
-    [ -d $fork ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $fork --patch w4-dispatch \
-      > "$OUT/patch-w4d.json" || return 1
-  fi
+  if [ "$v" = w4d ]; then fork=$(patched_fork) || return 1; fi
   [ -f "$OUT/speed.jsonl" ] || { echo "no speed set: run the speedset stage first"; return 2; }
   server_up "$OUT/server-$v.log" $ckpt $fork "$BENCH_EXTRA" "${flags[@]}" || return $?
   local rc=0
-  python3 $GS/compare.py wait --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} --pid $SERVER_PGID || rc=$?
+  server_wait || rc=$?
   if [ $rc -eq 0 ]; then
     PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir $ckpt --s1 "$OUT/speed.jsonl" \
       --s8 "$OUT/speed.jsonl" -o "$OUT/bench-$v.json" --label "$v, $LAYERS layers, dense-bf16 profile${BENCH_EXTRA:+ + $BENCH_EXTRA}" \

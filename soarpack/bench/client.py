@@ -66,11 +66,11 @@ def claimed_count(value, cap: int) -> Optional[int]:
     return min(max(value, 0), cap)
 
 
-def _chunk_count(value, cap: int) -> int:
-    """A stream chunk's `completion_tokens` (an int, or what int() reads), capped at `cap`."""
+def _chunk_claim(value) -> int:
+    """A stream chunk's `completion_tokens` (an int, or what int() reads), not below 0; at most 20 digits."""
     if isinstance(value, str) and len(value) > 20:  # int() of a huge digit string is slow on some Pythons
         raise ValueError("completion_tokens is not a count")
-    return min(max(int(value), 0), cap)
+    return max(int(value), 0)
 
 
 async def read_bounded(chunks: AsyncIterator[bytes], limit: int, what: str) -> bytes:
@@ -121,18 +121,20 @@ async def within_deadline(coro, deadline_s: Optional[float]):
         raise DeadlineError(deadline_s) from None
 
 
-async def within_stall(chunks: AsyncIterator[T], stall_s: Optional[float]) -> AsyncIterator[T]:
-    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit).
-    The wait is an anyio cancel scope, as in within_deadline."""
+async def within_stall(chunks: AsyncIterator[T], stall_s) -> AsyncIterator[T]:
+    """The items of `chunks`, raising StallError when the next one takes longer than `stall_s` (None: no limit;
+    a callable: read before each wait, so a caller can arm the limit part-way). The wait is an anyio cancel scope,
+    as in within_deadline."""
     iterator = chunks.__aiter__()
     while True:
+        limit = stall_s() if callable(stall_s) else stall_s
         try:
-            with anyio.fail_after(stall_s):  # None: no limit
+            with anyio.fail_after(limit):  # None: no limit
                 item = await iterator.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise StallError(stall_s) from None
+            raise StallError(limit) from None
         yield item
 
 
@@ -143,11 +145,13 @@ def check_api_base(api_base: str) -> str:
     return api_base.rstrip("/")
 
 
-def make_client(api_base: str, concurrency: Optional[int], timeout_s: float) -> httpx.AsyncClient:
+def make_client(api_base: str, concurrency: Optional[int], timeout_s: float, *,
+                keep_alive: bool = True) -> httpx.AsyncClient:
     """An async client whose pool never queues below `concurrency` (None: no limit), so that waiting in the
-    client is never counted as server time."""
+    client is never counted as server time. `keep_alive=False`: a new connection for every request, as
+    bench_serving's aiohttp session per request has."""
     size = None if concurrency is None else concurrency + 4
-    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size if keep_alive else 0)
     return httpx.AsyncClient(base_url=api_base.rstrip("/"), timeout=httpx.Timeout(timeout_s), limits=limits, trust_env=False)
 
 
@@ -176,6 +180,27 @@ async def served_model(client: httpx.AsyncClient) -> dict:
         raise ServerError(f"{client.base_url}/v1/models names a model id or path longer than {MAX_MODEL_ID_CHARS} "
                           "characters", "is this an SGLang server?")
     return model
+
+
+MAX_SERVER_INFO_BYTES = 1 << 20  # SGLang's /get_server_info: the server args and internal states
+
+
+async def server_info(client: httpx.AsyncClient) -> dict:
+    """`GET /get_server_info`, as bench_serving asks it after each timed run (the answer's time is inside its
+    duration). Never raises: {"status": HTTP status or None, "info": the JSON object or None, "error": ...}."""
+    try:
+        async with client.stream("GET", "/get_server_info", timeout=60) as response:
+            body = await read_bounded(response.aiter_bytes(), MAX_SERVER_INFO_BYTES, "the /get_server_info answer")
+        if response.status_code != 200:
+            return {"status": response.status_code, "info": None, "error": f"HTTP {response.status_code}"}
+        info = json.loads(body)
+        if not isinstance(info, dict):
+            raise TypeError(f"a JSON {type(info).__name__}, not an object")
+        return {"status": 200, "info": info, "error": None}
+    except (httpx.HTTPError, ReplyTooLarge) as exc:
+        return {"status": None, "info": None, "error": f"{exc.__class__.__name__}: {exc}"}
+    except (ValueError, TypeError, RecursionError) as exc:
+        return {"status": 200, "info": None, "error": f"not a JSON object ({exc.__class__.__name__})"}
 
 
 @dataclass
@@ -237,6 +262,8 @@ async def chat_completion(client: httpx.AsyncClient, model: str, question: str, 
         error = f"{exc.__class__.__name__}: {exc}"
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         error = f"malformed reply ({exc.__class__.__name__}: {exc})"
+    except RecursionError:
+        error = "malformed reply (nested too deeply to read)"
     return ChatResult(None, None, None, time.perf_counter() - start, error)
 
 
@@ -252,13 +279,17 @@ class StreamResult:
     start_s: float = 0.0
     end_s: float = 0.0
     error: Optional[str] = None
+    claimed_tokens: int = 0  # the largest completion_tokens the server claimed, uncapped (output_tokens is capped)
 
 
 async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens: int,
                           stall_s: Optional[float] = None, deadline_s: Optional[float] = None) -> StreamResult:
     """POST /generate streaming; TTFT at the first chunk with text, ITL spread over the tokens each chunk adds.
-    A stream silent for `stall_s` seconds, or not done within `deadline_s` (None: no limit), fails the request.
-    A chunk's `completion_tokens` is capped at `max_new_tokens`: a peer's claim never sizes our memory."""
+    A stream silent for `stall_s` seconds once its first token came, or not done within `deadline_s` (None: no
+    limit), fails the request. Before the first token the server may queue the request behind others' prefills
+    for as long as it takes (bench_serving waits up to its 6 h timeout), so no stall limit applies there.
+    A chunk's `completion_tokens` is capped at `max_new_tokens` (a peer's claim never sizes our memory); the
+    largest claim is kept in `claimed_tokens`, so a server that streams more than asked is seen."""
     payload = {
         "text": prompt,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
@@ -281,7 +312,8 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
                     body = b"(an error body larger than 4 KiB)"
                 result.error = f"HTTP {response.status_code}: {body.decode('utf-8', 'replace')[:200]}"
                 return
-            async for line in within_stall(bounded_lines(response.aiter_bytes(), MAX_LINE_BYTES), stall_s):
+            armed = lambda: stall_s if result.ttft_s else None  # noqa: E731 - no stall limit before the first token
+            async for line in within_stall(bounded_lines(response.aiter_bytes(), MAX_LINE_BYTES), armed):
                 line = line.strip()
                 if not line:
                     continue
@@ -292,7 +324,9 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
                 if not data.get("text"):
                     continue
                 now = time.perf_counter()
-                tokens = _chunk_count(data["meta_info"]["completion_tokens"], max_new_tokens)
+                claim = _chunk_claim(data["meta_info"]["completion_tokens"])
+                result.claimed_tokens = max(result.claimed_tokens, claim)
+                tokens = min(claim, max_new_tokens)
                 if result.ttft_s == 0.0:
                     result.ttft_s = now - start
                 else:
@@ -314,6 +348,8 @@ async def stream_generate(client: httpx.AsyncClient, prompt: str, max_new_tokens
         result.error = f"{exc.__class__.__name__}: {exc}"
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         result.error = f"malformed stream ({exc.__class__.__name__}: {exc})"
+    except RecursionError:
+        result.error = "malformed stream (a chunk nested too deeply to read)"
     finally:
         result.end_s = time.perf_counter()
         result.latency_s = result.end_s - start

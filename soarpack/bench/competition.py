@@ -67,6 +67,10 @@ def durations_from_bench(path: Path) -> Dict[str, float]:
             raise InputDataError(f"{path}: tier {name} had {tier['short_outputs']} request(s) that streamed fewer tokens "
                                  f"than asked (e.g. {', '.join(tier.get('short_examples', [])[:3])})",
                                  "its duration is not comparable; does the server honour ignore_eos and max_new_tokens?")
+        if tier.get("long_outputs"):
+            raise InputDataError(f"{path}: tier {name} had {tier['long_outputs']} request(s) whose server claimed more "
+                                 f"tokens than asked (e.g. {', '.join(tier.get('long_examples', [])[:3])})",
+                                 "its duration is not comparable; does the server honour max_new_tokens?")
         if "duration_s" not in tier:
             raise InputDataError(f"{path}: tier {name} has no duration_s", "pass the -o file of `soarpack bench`")
         durations[name] = checked_duration(tier["duration_s"], f"{path}: tier {name} duration_s",

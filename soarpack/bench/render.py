@@ -55,15 +55,18 @@ def print_bench(console: Console, report: dict) -> None:
     console.print(table)
 
 
-def print_speedset(console: Console, mix: dict, histograms: dict, summary) -> None:
+def print_speedset(console: Console, mix, histograms: dict, summary) -> None:
     for side in ("input", "output"):
-        table = Table(title=f"{side} tokens")
+        cap = mix.cap(side) if hasattr(mix, "cap") else None
+        table = Table(title=f"{side} tokens" + (f" (cut to {cap})" if cap else ""))
         for col in ("bucket", "share", "rows"):
             table.add_column(col, justify="right")
         for bucket, rows in zip(mix[side], histograms[side]):
             table.add_row(f"({bucket.lo}, {bucket.hi}]", f"{bucket.share:.0%}", str(rows))
         console.print(table)
     console.print(f"{summary.rows} rows; largest length miss {summary.max_abs_error} token(s)")
+    if hasattr(mix, "source"):
+        console.print(f"mix {printable(mix.name)}: {printable(mix.source)}", markup=False, highlight=False)
 
 
 def print_score(console: Console, result: dict, tiers: Sequence[str] = ("s1", "s8", "smax")) -> None:

@@ -74,7 +74,7 @@ class BenchTier:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.short_outputs
+        return not self.failed and not self.short_outputs and not self.metrics.get("long_outputs")
 
 
 @dataclass

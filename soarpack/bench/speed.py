@@ -1,13 +1,21 @@
 """`soarpack bench`: the platform's speed run (bench_serving.sh → `sglang.bench_serving --backend sglang
 --dataset-name custom --flush-cache`), one tier after another on one server.
 
-Per tier, as one bench_serving invocation does: rows shuffled with seed 1, lengths counted with the tokenizer
-(rows with fewer than 2 prompt or output tokens dropped), one warm-up request (the first row, at most 32 new
-tokens), `/flush_cache`, a 1 s pause, then the timed run: every row dispatched at once behind a semaphore of the
-tier's concurrency (none for Smax). Duration runs from the first dispatch to the last completion.
+Per tier, as one bench_serving invocation does (read from the fork's `sglang/bench_serving.py`, `benchmark()` and
+`sample_custom_requests()`, and the organisers' `bench_serving.sh`; `tests/test_bench_conformance.py` runs both
+against one stand-in server and holds this module to them): rows read as the script converts them (the prompt is
+`question`, else `input`, else `prompt`; `model_response` defaults to "placeholder"), shuffled with
+`random.seed(1)`, lengths counted with the served model's tokenizer (default special tokens; rows with fewer than
+2 prompt or output tokens dropped), one warm-up request (the first row after the shuffle, at most 32 new tokens),
+`/flush_cache`, a 1 s pause, then the timed run: every row dispatched at once, in order, behind a semaphore of the
+tier's concurrency (none for Smax), each on a connection of its own. Duration runs from the first dispatch to the
+last completion **and the `/get_server_info` answer after it**, which bench_serving asks inside its timed window;
+what that answer says (model path, quantization, server args) is recorded beside the tier, with the speed set's
+sha256, so a result can be traced to the server and the data that produced it.
 
 Requests carry ignore_eos and ask exact lengths, so a request that streams fewer tokens than asked is counted as
-short: the tier did less work than the platform's and `soarpack score` refuses its duration. While the run is in
+short, and one whose server claims more than asked as long: either way the tier did other work than the
+platform's and `soarpack score` refuses its duration. While the run is in
 progress the report goes to `<output>.partial.json`; the output itself is replaced only by a complete report, so an
 interrupted bench never overwrites an earlier complete one.
 """
@@ -15,6 +23,7 @@ interrupted bench never overwrites an earlier complete one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import random
 import time
@@ -35,8 +44,15 @@ BENCH_KIND = "soarpack.bench"
 TIER_CONCURRENCY: Dict[str, Optional[int]] = {"s1": 1, "s8": 8, "smax": None}
 WARMUP_MAX_NEW_TOKENS = 32
 BENCH_SERVING_TIMEOUT_S = 6 * 60 * 60  # bench_serving's aiohttp total timeout
-# A stream silent this long is dead; well under the 6 h bound, well over a long prefill queued behind Smax.
+# A stream silent this long after its first token is dead (before it, a request may wait behind others' prefills:
+# no stall limit applies there, only the deadline, as in bench_serving).
 DEFAULT_STALL_S = 600.0
+PLACEHOLDER_RESPONSE = "placeholder"  # bench_serving.sh's default model_response
+# The server args recorded from /get_server_info: its scalar entries, each string cut to this many characters.
+SERVER_ARG_MAX_CHARS = 512
+SERVER_ARGS_MAX = 512
+SERVER_HEADLINE = ("model_path", "served_model_name", "quantization", "dtype", "kv_cache_dtype", "attention_backend",
+                   "chunked_prefill_size", "cuda_graph_max_bs", "max_running_requests", "version")
 
 
 @dataclass(frozen=True)
@@ -47,16 +63,19 @@ class SpeedRequest:
 
 
 def load_speed_pairs(path: Path) -> List[Tuple[str, str]]:
-    """(question, model_response) pairs from `{question, model_response}` rows or converted `conversations` rows."""
+    """(prompt, model_response) pairs, read as the platform reads them: bench_serving.sh converts each row with
+    `question or input or prompt` and `model_response` (default "placeholder") into `conversations`, which
+    bench_serving's custom loader reads; rows already in that `conversations` form are read as the loader does."""
     pairs = []
     for lineno, row in read_jsonl_numbered(path):
         turns = row.get("conversations", row.get("conversation"))
-        if "question" in row and "model_response" in row:
-            pair = (row["question"], row["model_response"])
+        prompt = row.get("question") or row.get("input") or row.get("prompt")
+        if prompt is not None:
+            pair = (prompt, row.get("model_response", PLACEHOLDER_RESPONSE))
         elif isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
             pair = tuple(t.get("content", t.get("value", "")) for t in turns[:2])
         else:
-            raise InputDataError(f"{path}:{lineno}: neither question/model_response nor conversations",
+            raise InputDataError(f"{path}:{lineno}: no question (or input, prompt) and no conversations",
                                  'each line must be {"question": ..., "model_response": ...}')
         if not all(isinstance(text, str) for text in pair):
             raise InputDataError(f"{path}:{lineno}: question and model_response must be strings", "fix the data file")
@@ -116,6 +135,7 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
     input_tokens = sum(req.prompt_len for _, req in ok)
     errors = [res.error for res in results if not res.success]
     short = [(res.output_tokens, req.output_len) for res, req in ok if res.output_tokens < req.output_len]
+    long = [(res.claimed_tokens, req.output_len) for res, req in ok if res.claimed_tokens > req.output_len]
     return {
         "num_requests": len(requests),
         "completed": len(ok),
@@ -123,6 +143,8 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
         "errors": errors[:10],
         "short_outputs": len(short),
         "short_examples": [f"{got} of {asked} tokens" for got, asked in short[:10]],
+        "long_outputs": len(long),
+        "long_examples": [f"{got} of {asked} tokens" for got, asked in long[:10]],
         "duration_s": round(duration_s, 6),
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
@@ -136,6 +158,10 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
         "tpot_ms": summary_ms([(res.latency_s - res.ttft_s) / (res.output_tokens - 1) for res, _ in ok
                                if res.output_tokens > 1]),
         "e2e_ms": summary_ms([res.latency_s for res, _ in ok]),
+        # In dispatch order: what each request asked and got, to hold the run to another client's.
+        "requests": [{"prompt_sha256": hashlib.sha256(req.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                      "prompt_len": req.prompt_len, "output_len": req.output_len,
+                      "output_tokens": res.output_tokens if res.success else None} for res, req in zip(results, requests)],
     }
 
 
@@ -171,8 +197,10 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(req) for req in requests))
+    info = await http.server_info(client)  # inside the window, as bench_serving asks it before it stops the clock
     duration = time.perf_counter() - start
-    return {"concurrency": concurrency, **tier_metrics(list(results), requests, duration)}
+    return {"concurrency": concurrency, **tier_metrics(list(results), requests, duration),
+            "server_info_error": info["error"], "_server_info": info["info"]}
 
 
 def _token_counter(cfg: BenchConfig) -> Callable[[str], int]:
@@ -214,14 +242,44 @@ def bench_inputs(cfg: BenchConfig) -> list:
     return [*cfg.tiers.values(), *(p for p in (cfg.model_dir, bundle) if p is not None)]
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def server_record(info: Optional[dict]) -> Optional[dict]:
+    """What a result keeps of `/get_server_info`: the headline fields, every scalar server arg (bounded), and the
+    sha256 of the whole answer; None when the server gave none."""
+    if info is None:
+        return None
+    import json
+
+    def bounded(value):
+        return value[:SERVER_ARG_MAX_CHARS] if isinstance(value, str) else value
+
+    scalars = {k: bounded(v) for k, v in sorted(info.items())[:SERVER_ARGS_MAX]
+               if isinstance(k, str) and (v is None or isinstance(v, (str, int, float, bool)))}
+    raw = json.dumps(info, sort_keys=True, default=str).encode("utf-8", "replace")
+    return {"headline": {k: scalars.get(k) for k in SERVER_HEADLINE}, "server_args": scalars,
+            "sha256": hashlib.sha256(raw).hexdigest()}
+
+
 async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events) -> dict:
     check_bench_config(cfg)
     pairs = {name: load_speed_pairs(path) for name, path in cfg.tiers.items()}  # every file checked before sending
+    digests = {name: file_sha256(path) for name, path in cfg.tiers.items()}
     api_base = http.check_api_base(cfg.api_base)
     bundle_measured = measured(cfg.label, cfg.bundle, None)
-    report = {"kind": BENCH_KIND, "version": 2, "api_base": api_base, "seed": cfg.seed, "tiers": {}}
-    # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving.
-    async with http.make_client(api_base, None, cfg.timeout_s) as client:
+    report = {"kind": BENCH_KIND, "version": 3, "api_base": api_base, "seed": cfg.seed, "tiers": {},
+              "client": {"reproduces": "the organisers' bench_serving.sh: sglang.bench_serving --backend sglang "
+                                       "--dataset-name custom --flush-cache, one tier per run",
+                         "duration": "first dispatch to last completion, plus the /get_server_info answer"}}
+    # No pool limit: only the tier's semaphore may hold requests back, as in bench_serving; no keep-alive: a
+    # connection per request, as its aiohttp session per request.
+    async with http.make_client(api_base, None, cfg.timeout_s, keep_alive=False) as client:
         served = await http.served_model(client)
         count = _token_counter(cfg)
         prepared = {name: prepare_requests(pairs[name], count, cfg.seed, cfg.rows) for name in pairs}
@@ -236,7 +294,10 @@ async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events)
             tier = await run_tier(client, prepared[name], concurrency, warmup=cfg.warmup, flush_cache=cfg.flush_cache,
                                   settle_s=cfg.settle_s, stall_s=cfg.stall_s, deadline_s=cfg.deadline_s,
                                   on_done=progress)
-            report["tiers"][name] = {"data": str(cfg.tiers[name]), **tier}
+            info = tier.pop("_server_info")
+            report["tiers"][name] = {"data": str(cfg.tiers[name]), "data_sha256": digests[name], **tier}
+            if info is not None:
+                report["server"] = server_record(info)  # the last tier's answer: the server as it was at the end
             if cfg.output is not None:
                 atomic_write_json(partial_path(cfg.output), report, inputs=bench_inputs(cfg))
     if cfg.output is not None:

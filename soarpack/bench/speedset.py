@@ -1,9 +1,10 @@
-"""`soarpack speedset`: synthesize `{question, model_response}` rows that follow the published length mix.
+"""`soarpack speedset`: synthesize `{question, model_response}` rows that follow a length mix.
 
 The platform's speed set is hidden; only its length mix is published (SALA.md §2). Rows are cut from a token
 pool (built-in prose or the user's text, sentences reshuffled with the seed) to a target token count drawn
-uniformly inside each bucket; bucket counts follow the shares exactly (largest remainder), input and output
-buckets are paired at random. Lengths are counted with the same tokenizer the bench uses.
+uniformly inside each bucket, then cut to the mix's caps if it has any; bucket counts follow the shares exactly
+(largest remainder), input and output buckets are paired at random. Lengths are counted with the same tokenizer
+the bench uses. Named mixes (`PRESETS`) say where their shares come from.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import bisect
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from soarpack import _toml
 from soarpack.errors import ConfigError, InputDataError
@@ -30,13 +31,64 @@ class Bucket:
     share: float
 
 
+@dataclass(frozen=True)
+class Mix:
+    """Input and output buckets, optional caps on the drawn lengths, and where the shares come from.
+
+    `mix["input"]` / `mix["output"]` give the buckets, as the plain dict form of a mix does."""
+
+    input: Tuple[Bucket, ...]
+    output: Tuple[Bucket, ...]
+    input_cap: Optional[int] = None  # every drawn input length above it is cut to it
+    output_cap: Optional[int] = None
+    name: str = "custom"
+    source: str = "a mix file"
+
+    def __getitem__(self, side: str) -> Tuple[Bucket, ...]:
+        if side not in ("input", "output"):
+            raise KeyError(side)
+        return getattr(self, side)
+
+    def cap(self, side: str) -> Optional[int]:
+        return self.input_cap if side == "input" else self.output_cap
+
+    def describe(self) -> Dict[str, object]:
+        return {"name": self.name, "source": self.source, "input_cap": self.input_cap, "output_cap": self.output_cap}
+
+
+MixLike = Union[Mix, Mapping[str, Tuple[Bucket, ...]]]
+
 # Published mix: input 0–4K 25%, 4–16K 10%, 16–32K 15%, 32–128K 35%, 128–160K 15%;
 # output 0–512 35%, 512–2K 25%, 2–4K 10%, 4–16K 15%, 16–32K 15%.
-DEFAULT_MIX: Dict[str, Tuple[Bucket, ...]] = {
-    "input": (Bucket(0, 4 * K, 0.25), Bucket(4 * K, 16 * K, 0.10), Bucket(16 * K, 32 * K, 0.15),
-              Bucket(32 * K, 128 * K, 0.35), Bucket(128 * K, 160 * K, 0.15)),
-    "output": (Bucket(0, 512, 0.35), Bucket(512, 2 * K, 0.25), Bucket(2 * K, 4 * K, 0.10),
-               Bucket(4 * K, 16 * K, 0.15), Bucket(16 * K, 32 * K, 0.15)),
+DEFAULT_MIX = Mix(
+    input=(Bucket(0, 4 * K, 0.25), Bucket(4 * K, 16 * K, 0.10), Bucket(16 * K, 32 * K, 0.15),
+           Bucket(32 * K, 128 * K, 0.35), Bucket(128 * K, 160 * K, 0.15)),
+    output=(Bucket(0, 512, 0.35), Bucket(512, 2 * K, 0.25), Bucket(2 * K, 4 * K, 0.10),
+            Bucket(4 * K, 16 * K, 0.15), Bucket(16 * K, 32 * K, 0.15)),
+    name="published",
+    source="the competition's published length mix (SALA.md §2). On 2026-04-15 the official set was replaced by a "
+           "longer hidden one, 68% of inputs in 32K-512K tokens, whose shares are not published: this mix is shorter "
+           "than what the platform now runs",
+)
+
+
+def scaled(mix: Mix, divisor: int, name: str, source: str) -> Mix:
+    """Every bucket bound of `mix` divided by `divisor`, the shares kept."""
+    def side(buckets):
+        return tuple(Bucket(b.lo // divisor, b.hi // divisor, b.share) for b in buckets)
+    return Mix(side(mix.input), side(mix.output), name=name, source=source)
+
+
+PRESETS: Dict[str, Mix] = {
+    "published": DEFAULT_MIX,
+    "long-128k": replace(
+        DEFAULT_MIX, input_cap=128 * K, output_cap=256, name="long-128k",
+        source="the published shares (SALA.md §2) with every input above 128K tokens cut to 128K and every output to "
+               "256 tokens: prompts at the platform's lengths that one H200 lease can serve; prefill-bound, so it "
+               "under-weights decode"),
+    "1of16": scaled(DEFAULT_MIX, 16, "1of16",
+                    "the published shares with every bound divided by 16 (inputs to 10K tokens, outputs to 2K): the mix "
+                    "of soarpack's first served runs (benchmarks/RESULTS.md §8); far shorter than the platform's"),
 }
 MIN_TOKENS = 4  # bench_serving drops rows under 2 tokens; keep a margin for re-tokenization drift
 
@@ -57,19 +109,40 @@ horn twice, the lamps on the bridge were lit one after another, and the town set
 """
 
 
-def load_mix(path: Optional[Path]) -> Dict[str, Tuple[Bucket, ...]]:
-    """The default mix, or one from a TOML/JSON file: `[[input]] min=… max=… share=…` and `[[output]]` likewise."""
-    if path is None:
+def as_mix(mix: Optional[MixLike]) -> Mix:
+    """A Mix from a Mix, the plain `{"input": buckets, "output": buckets}` form, or None (the published mix)."""
+    if mix is None:
         return DEFAULT_MIX
-    path = Path(path)
+    if isinstance(mix, Mix):
+        return mix
+    return Mix(tuple(mix["input"]), tuple(mix["output"]))
+
+
+def preset_help() -> str:
+    return "; ".join(f"{name}: {mix.source}" for name, mix in PRESETS.items())
+
+
+def load_mix(spec: Union[str, Path, None]) -> Mix:
+    """The published mix (None), a preset by name (`PRESETS`), or a mix file (TOML/JSON): `[[input]] min=… max=…
+    share=…`, `[[output]]` likewise, and optional top-level `input_cap` / `output_cap`."""
+    if spec is None:
+        return DEFAULT_MIX
+    if isinstance(spec, str) and spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.exists() and path.suffix not in (".toml", ".json") and "/" not in str(spec):
+        raise ConfigError(f"--mix {spec}: no such preset or file",
+                          f"name a preset ({', '.join(PRESETS)}) or a TOML/JSON mix file")
     try:
         text = read_text_capped(path, "mix file", MAX_TOML_BYTES)
         raw = json.loads(text) if path.suffix == ".json" else _toml.loads(text)
     except FileNotFoundError:
-        raise ConfigError(f"mix file {path} does not exist", "check the path") from None
+        raise ConfigError(f"mix file {path} does not exist", f"check the path, or name a preset ({', '.join(PRESETS)})") from None
     except (json.JSONDecodeError, _toml.TOMLDecodeError) as exc:
         raise ConfigError(f"mix file {path} cannot be parsed ({exc})", "see `soarpack speedset --help` for the format") from None
-    mix = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"mix file {path} is not a table of [[input]] and [[output]] buckets", "fix the file")
+    sides = {}
     for side in ("input", "output"):
         entries = raw.get(side)
         if not isinstance(entries, list) or not entries:
@@ -82,8 +155,15 @@ def load_mix(path: Optional[Path]) -> Dict[str, Tuple[Bucket, ...]]:
         if any(b.hi <= b.lo or b.hi < MIN_TOKENS or b.share < 0 for b in buckets) or abs(total - 1.0) > 0.01:
             raise ConfigError(f"mix file {path}: {side} buckets need max > min and shares summing to 1 (got {total:.3f})",
                               "fix the file")
-        mix[side] = tuple(Bucket(b.lo, b.hi, b.share / total) for b in buckets)
-    return mix
+        sides[side] = tuple(Bucket(b.lo, b.hi, b.share / total) for b in buckets)
+    caps = {}
+    for key in ("input_cap", "output_cap"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < MIN_TOKENS):
+            raise ConfigError(f"mix file {path}: {key} must be a whole number of tokens, at least {MIN_TOKENS}",
+                              "fix the file, or leave it out for no cap")
+        caps[key] = value
+    return Mix(sides["input"], sides["output"], name=path.name, source=f"mix file {path}", **caps)
 
 
 def allocate(n: int, buckets: Sequence[Bucket]) -> List[int]:
@@ -96,13 +176,14 @@ def allocate(n: int, buckets: Sequence[Bucket]) -> List[int]:
     return counts
 
 
-def target_lengths(n: int, buckets: Sequence[Bucket], rng: random.Random) -> List[int]:
+def target_lengths(n: int, buckets: Sequence[Bucket], rng: random.Random, cap: Optional[int] = None) -> List[int]:
     lengths = []
     for bucket, count in zip(buckets, allocate(n, buckets)):
         lo = max(bucket.lo + 1, MIN_TOKENS)
         lengths += [rng.randint(lo, bucket.hi) for _ in range(count)]
     rng.shuffle(lengths)
-    return lengths
+    # The cap comes after the draw, so a capped mix pairs and orders its rows exactly as the uncapped one.
+    return lengths if cap is None else [min(length, cap) for length in lengths]
 
 
 def sentences(text: str) -> List[str]:
@@ -186,17 +267,18 @@ class SpeedsetSummary:
     max_abs_error: int
 
 
-def make_speedset(tokenizer, n: int, mix: Optional[Dict[str, Tuple[Bucket, ...]]] = None, seed: int = 1,
+def make_speedset(tokenizer, n: int, mix: Optional[MixLike] = None, seed: int = 1,
                   text: Optional[str] = None) -> Tuple[List[dict], SpeedsetSummary]:
-    """n rows `{question, model_response}` with lengths drawn from `mix`; deterministic for a seed and tokenizer."""
+    """n rows `{question, model_response}` with lengths drawn from `mix` (default: the published mix);
+    deterministic for a seed and tokenizer."""
     if n < 1:
         raise ConfigError("-n must be at least 1", "ask for one row or more")
     if text is not None and not text.strip():
         raise InputDataError("the text to cut rows from is empty", "give prose, or None for the built-in prose")
-    mix = mix or DEFAULT_MIX
+    mix = as_mix(mix)
     rng = random.Random(seed)
-    inputs = target_lengths(n, mix["input"], rng)
-    outputs = target_lengths(n, mix["output"], rng)
+    inputs = target_lengths(n, mix.input, rng, mix.input_cap)
+    outputs = target_lengths(n, mix.output, rng, mix.output_cap)
     pool = TokenPool(tokenizer, BUILTIN_TEXT if text is None else text, max(inputs + outputs), rng)
     rows, got_in, got_out, worst = [], [], [], 0
     for want_in, want_out in zip(inputs, outputs):

@@ -7,6 +7,7 @@ only the JSON and the table goes to stderr.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import time
 from contextlib import contextmanager
@@ -253,11 +254,13 @@ def bench_cmd(
     _say(f"wrote {output}")
     if sink(as_json).json:
         typer.echo(json.dumps(report, indent=2))
-    bad = {name: tier for name, tier in report["tiers"].items() if tier["failed"] or tier["short_outputs"]}
+    bad = {name: tier for name, tier in report["tiers"].items()
+           if tier["failed"] or tier["short_outputs"] or tier.get("long_outputs")}
     if bad:
         raise IncompleteRunError("bench incomplete: " + "; ".join(
-            f"{name} had {tier['failed']} failed and {tier['short_outputs']} short request(s)" for name, tier in bad.items()),
-            "score refuses these tiers; check the server log (and that it honours ignore_eos)")
+            f"{name} had {tier['failed']} failed, {tier['short_outputs']} short and {tier.get('long_outputs', 0)} "
+            "over-long request(s)" for name, tier in bad.items()),
+            "score refuses these tiers; check the server log (and that it honours ignore_eos and max_new_tokens)")
 
 
 def _file_identity(path: Path) -> Optional[tuple]:
@@ -292,9 +295,11 @@ def speedset_cmd(
     rows: int = typer.Option(..., "-n", "--rows", metavar="N", min=1, help="Number of rows."),
     output: Path = typer.Option(..., "-o", "--output", metavar="FILE",
                                 help="JSONL to write ({question, model_response} per line)."),
-    mix: Optional[Path] = typer.Option(None, "--mix", metavar="FILE",
-                                       help="Length mix, TOML or JSON: [[input]] and [[output]] buckets with min, "
-                                            "max, share. Default: the published mix."),
+    mix: Optional[str] = typer.Option(None, "--mix", metavar="PRESET|FILE",
+                                      help="Length mix: a preset (published, long-128k, 1of16: `soarpack speedset "
+                                           "--help` says where each one's shares come from) or a TOML/JSON file of "
+                                           "[[input]] and [[output]] buckets with min, max, share and optional "
+                                           "input_cap/output_cap. Default: published."),
     text: Optional[Path] = typer.Option(None, "--text", metavar="FILE",
                                         help="UTF-8 text to cut rows from (default: built-in prose)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Seed for lengths and text."),
@@ -302,12 +307,16 @@ def speedset_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
 ) -> None:
-    """Write a speed set that follows the published input/output length mix.
+    """Write a speed set that follows a length mix (default: the published input/output mix).
+
+    Presets: published (the competition's published mix; the platform now runs a longer hidden set, 68% of its inputs
+    in 32K-512K tokens), long-128k (the published shares with inputs cut to 128K tokens and outputs to 256: the
+    platform's prompt lengths on one H200 lease), 1of16 (every bound divided by 16: inputs to 10K, outputs to 2K).
 
     Example:
 
     \b
-      soarpack speedset --model-dir Q -n 400 -o speed.jsonl
+      soarpack speedset --model-dir Q -n 16 --mix long-128k -o speed-long.jsonl
     """
     from soarpack.bench import speedset as ss
     from soarpack.bench.render import print_speedset
@@ -315,9 +324,10 @@ def speedset_cmd(
     from soarpack.fsutil import ensure_writable_output, place_bytes
 
     model_dir = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
-    inputs = [p for p in (model_dir, mix, text) if p is not None]
-    ensure_writable_output(output, what="speedset output", inputs=inputs)
     buckets = ss.load_mix(mix)
+    mix_file = Path(mix) if mix is not None and mix not in ss.PRESETS else None
+    inputs = [p for p in (model_dir, mix_file, text) if p is not None]
+    ensure_writable_output(output, what="speedset output", inputs=inputs)
     table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     # An existing file with other rows needs --force, the same rows are up to date: decided when it is placed.
     placed = place_bytes(output, ss.jsonl_text(table_rows).encode("utf-8"), force=force, inputs=inputs,
@@ -328,7 +338,8 @@ def speedset_cmd(
     _say(placed.says())
     if sink(as_json).json:
         typer.echo(json.dumps({"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error,
-                               "histogram": hist}, indent=2))
+                               "histogram": hist, "mix": buckets.describe(),
+                               "sha256": hashlib.sha256(output.read_bytes()).hexdigest()}, indent=2))
 
 
 @command("score")

@@ -4,7 +4,7 @@ bench and compare be tried without a GPU (`soarpack fake-server`), and it is wha
 
 It speaks the endpoints the platform's eval and bench use: `GET /v1/models`, `POST /v1/chat/completions`,
 streaming `POST /generate` (SGLang's `data: {json}` lines, cumulative `text`, `meta_info.completion_tokens`,
-`data: [DONE]`) and `POST /flush_cache`. Answers, delays and failures are scripted per question; it counts
+`data: [DONE]`), `POST /flush_cache` and `GET /get_server_info` (bench_serving asks it at the end of each run). Answers, delays and failures are scripted per question; it counts
 requests in flight per endpoint and records every body so tests can check what a client sent.
 
 Every loop is bounded (token count capped, sleeps interrupted on stop) so a broken client cannot hang a test.
@@ -65,8 +65,13 @@ class GenerateScript:
 class FakeSGLang:
     def __init__(self, model_id: str = "fake-sala",
                  chat: Union[Callable[[str], ChatReply], Dict[str, ChatReply], None] = None,
-                 generate: Union[Callable[[str], GenerateScript], GenerateScript, None] = None, port: int = 0):
+                 generate: Union[Callable[[str], GenerateScript], GenerateScript, None] = None, port: int = 0,
+                 server_info: Optional[dict] = None):
         self.model_id = model_id
+        # SGLang answers /get_server_info with its ServerArgs and scheduler state; the stand-in says what it is.
+        self.server_info = server_info if server_info is not None else {
+            "model_path": model_id, "served_model_name": model_id, "quantization": None, "dtype": "auto",
+            "version": "soarpack fake-server (not SGLang)"}
         self.port = port
         self._chat = chat
         self._generate = generate or GenerateScript()
@@ -77,7 +82,8 @@ class FakeSGLang:
         self.max_in_flight: Dict[str, int] = {"chat": 0, "generate": 0}
         self.chat_bodies: List[dict] = []
         self.generate_bodies: List[dict] = []
-        self.events: List[tuple] = []  # (time.perf_counter(), what): "flush", "generate_start", "generate_end"
+        self.events: List[tuple] = []  # (time.perf_counter(), what): "flush", "generate_start", "generate_end",
+        # "server_info"
         self.flushes = 0
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -193,6 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": [{"id": self.fake.model_id, "object": "model"}]})
         elif self.path in ("/health", "/health_generate"):
             self._send_json(200, {})
+        elif self.path == "/get_server_info":
+            self.fake.record("server_info")
+            self._send_json(200, self.fake.server_info)
         else:
             self._send_json(404, {"error": "not found"})
 

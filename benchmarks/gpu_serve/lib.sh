@@ -1,0 +1,55 @@
+# Shared by device_run.sh and ruler_lease.sh (sourced, never run): the paths of a device call, the server's start
+# and stop, the carried wheels' install and the model build. The caller sets OUT (where logs go) before sourcing.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
+SP="python3 -m soarpack"  # soarpack's CLI under the device's Python: PYTHONPATH=$ROOT:$SITE (typer, rich, httpx there)
+LAYERS=${LAYERS:-2}
+MARLIN_SO=${MARLIN_SO:-$(cd "$ROOT" && ls .whl/*marlin*.so .gpu/*marlin*.so 2>/dev/null | head -1)}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/run.log"; }
+port_busy() { python3 -c "import socket, sys; socket.create_connection(('127.0.0.1', $PORT), 2)" 2>/dev/null; }
+server_path() { echo "$ROOT/$GS/shim:$FORK:$SITE:$ROOT"; }
+# What starts a server: launch.py (the fork's real server); a CPU rehearsal of these scripts points it at a stand-in.
+LAUNCH=${LAUNCH:-$ROOT/$GS/launch.py}
+
+# The server (launch.py) in its own process group (setsid), so the scheduler and detokenizer it spawns are stopped
+# with it; SERVER_PGID lets the caller stop it too when a call is cut short. A server still answering on the port (one
+# an earlier call left) would be measured instead of this one: refused.
+server_up() {  # $1 log, $2 checkpoint, $3 fork tree, $4 extra server flags (split at spaces), then launch.py's flags
+  local log=$1 ckpt=$2 fork=$3 extra=$4; shift 4
+  ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
+  setsid python3 "$LAUNCH" --model-path "$ckpt" --port $PORT --fork-src "$fork" --site $SITE "$@" \
+    -- $extra > "$log" 2>&1 &
+  SERVER_PGID=$!
+}
+server_down() {
+  [ -n "${SERVER_PGID:-}" ] || return 0
+  kill -TERM -- -"$SERVER_PGID" 2>/dev/null; sleep 5; kill -KILL -- -"$SERVER_PGID" 2>/dev/null; SERVER_PGID=
+}
+server_wait() {  # until /health answers, or the server's process has died
+  python3 "$ROOT/$GS/compare.py" wait --url http://127.0.0.1:$PORT --wait "${WAIT_S:-420}" --pid "$SERVER_PGID"
+}
+
+install_carried() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$ROOT"/.whl/*.whl &&
+  tar -xzf "$ROOT/.whl/sglang-kernel-0.4.5-sm90.tar.gz" -C "$SITE" &&
+  mkdir -p /tmp/fork && tar -xzf "$ROOT/.whl/d29fb130c-python.tar.gz" -C /tmp/fork &&
+  { [ ! -f "$ROOT/.whl/jitcache.tgz" ] || tar -xzf "$ROOT/.whl/jitcache.tgz" -C ~; } &&
+  du -sh "$SITE" /tmp/fork
+}
+# The $LAYERS-layer full-width random bf16 model and its w4-mlp copy; skipped when this machine built them already.
+build_models() {
+  [ ! -f $M/built-$LAYERS ] || { echo "built earlier on this machine: $LAYERS layers in $M"; du -sh $M/*; return 0; }
+  rm -rf $M
+  (cd "$ROOT" && PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --layers "$LAYERS" --device cuda &&
+   PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda) &&
+  touch $M/built-$LAYERS && du -sh $M/*
+}
+# The fork with soarpack's w4-dispatch patch (profile "fast"), beside the unpatched one.
+patched_fork() {  # prints the patched tree's python/ folder
+  local out=/tmp/fork-d/python
+  [ -d $out ] || (cd "$ROOT" && PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out \
+    --patch w4-dispatch > "$OUT/patch-w4d.json") || return 1
+  echo $out
+}
