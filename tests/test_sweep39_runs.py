@@ -238,7 +238,6 @@ ROWS = "".join(json.dumps({"task": t, "text": f"row {i} " + "word " * 30}) + "\n
 @pytest.mark.parametrize("name", ["cal.ndjson", "cal.JSONL", "cal.NDJSON", "cal.txt"])
 def test_calibration_rows_are_counted_by_one_rule(tmp_path, name):
     from soarpack.quant.calibinfo import file_rows
-    from soarpack.quant.run import calibration_origin
 
     path = tmp_path / name
     path.write_text(ROWS)  # JSONL content: a .txt is JSONL by its first line
@@ -246,7 +245,16 @@ def test_calibration_rows_are_counted_by_one_rule(tmp_path, name):
     assert read == 3
     assert file_rows(path)["rows"] == C.count_rows(name, ROWS) == read  # calib's and build's record
     assert file_rows(path)["tasks"] == {"mcq": 1, "niah": 1, "qa": 1}
-    assert calibration_origin([path], read, 3, "cli")["sources"][0]["rows"] == read  # quantize's report
+
+
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("name", ["cal.ndjson", "cal.JSONL"])
+def test_quantize_reports_the_rows_it_read_by_the_same_rule(tmp_path, name):
+    from soarpack.quant.run import calibration_origin
+
+    path = tmp_path / name
+    path.write_text(ROWS)
+    assert calibration_origin([path], 3, 3, "cli")["sources"][0]["rows"] == 3  # quantize's report
 
 
 def test_build_of_a_ndjson_file_with_every_row_asked_carries_no_false_calib_short(tmp_path):
