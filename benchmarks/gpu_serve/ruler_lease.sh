@@ -21,7 +21,8 @@
 #   4. servers, one after another, each fresh: bf16, fast (w4-mlp + patch w4-dispatch), safe (w4-mlp), bf16 again.
 #      safe runs only if, by the time of the earlier runs, it and the last bf16 both fit in BUDGET_S; the last bf16
 #      always runs. On each server: the pre-warm (untimed), then per set both clients, S1, S8, Smax each; the order
-#      of the two clients alternates between the sets.
+#      of the two clients alternates between the sets;
+#   5. if it fits, issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py), after the table.
 set -uo pipefail
 R=/tmp/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
 . "$(dirname "$0")/lib.sh"; cd "$ROOT"
@@ -139,6 +140,17 @@ run() {
     log "no Marlin extension: the W4 profiles are not served"
   fi
   serve_profile bf16-last
+  # Issue 38's kernel check (patch 06: bit-identity with the fork's decode, the Lightning layer's time), after the
+  # table so that it can never cost the last bf16 run; only if it fits.
+  if [ $(( $(elapsed) + 200 )) -le "$BUDGET_S" ]; then
+    log "gla decode (patch 06): identity and layer timing"
+    local tiny=(); [ -z "${REHEARSAL:-}" ] || tiny=(--tiny)
+    env ${REHEARSAL:+TRITON_INTERPRET=1} PYTHONPATH=$SITE timeout 300 python3 benchmarks/gpu_gla_decode.py --fork-src $FORK \
+      "${tiny[@]}" --json $R/gla_decode.json > $R/gla_decode.log 2>&1
+    log "gla decode rc=$?"
+  else
+    log "gla decode skipped: $(elapsed) s gone of $BUDGET_S"
+  fi
   log "run done after $(elapsed) s"; echo done > $R/state
 }
 
