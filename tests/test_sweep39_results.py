@@ -169,6 +169,18 @@ def test_deep_nested_json_results_are_one_error_line(tmp_path, command):
     one_error_line(run_cli(*args), "deep.json")
 
 
+def test_an_eval_output_of_deep_nested_json_is_one_error_line_not_resumed(tmp_path):
+    deep = tmp_path / "e.json"
+    deep.write_text(DEEP)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"task": "qa", "question": "q", "gold": ["x"]}) + "\n")
+    with FakeSGLang() as server:
+        result = run_cli("eval", "--api-base", server.url, "--data", data, "-o", deep)
+        assert server.chat_bodies == []  # refused before any request
+    one_error_line(result, "e.json exists but is not JSON")
+    assert deep.read_text() == DEEP  # kept as it was
+
+
 # -- the MANIFEST -----------------------------------------------------------------------------------------------
 
 
