@@ -352,6 +352,7 @@ CASES = [
     ("R39d", "score", "--eval", "overall_accuracy NaN", ["score", "--ours", "{b39_ours_json}", "--eval", "{e39_nan_json}", "--best-s1", "10", "--best-s8", "20", "--best-smax", "30"], 2, ["overall_accuracy is nan"], {}),
     ("R39e", "score", "--eval", "overall_accuracy a string", ["score", "--ours", "{b39_ours_json}", "--eval", "{e39_str_json}", "--best-s1", "10", "--best-s8", "20", "--best-smax", "30"], 2, ["overall_accuracy is 'high'"], {}),
     ("R39f", "score", "--ours", "JSON nested 100,000 deep", ["score", "--ours", "{deep_json}", "--best-s1", "1", "--best-s8", "1", "--best-smax", "1"], 2, ["nested too deep"], {}),
+    ("E39a", "eval", "-o", "an existing output of JSON nested 100,000 deep", ["eval", "--api-base", "{api}", "--data", "{data_jsonl}", "-o", "{deep_json}"], 2, ["exists but is not JSON"], {}),
     ("M39a", "compare", "RESULTS", "eval and bench of different models under one label", ["compare", "{e39_mine}", "{b39_other_json}"], 0, ["joins results of different served models"], {}),
     ("M39b", "compare", "RESULTS", "overall_accuracy NaN", ["compare", "{e39_nan_json}"], 2, ["overall_accuracy is nan"], {}),
     ("M39c", "compare", "RESULTS", "JSON nested 100,000 deep", ["compare", "{deep_json}"], 2, ["deep.json"], {}),
