@@ -4,8 +4,12 @@
 
 Validates both paths, then runs exactly `soarpack quantize` with the bundle's recipe and calibration data
 (the same code path as a local run) and `soarpack verify` on the result, logging the time of every phase.
+A recipe that quantizes nothing (MANIFEST quantize.method "none": the server quantizes at load, e.g. the fork's
+`--quantization fp8`) makes the output the original itself, file for file: hard links where the filesystem allows,
+copies elsewhere, then `soarpack verify --original` checks every byte.
 Any failure ends with one line `preprocess_model: error: <cause>` and a non-zero exit. `soarpack quantize`
-writes atomically, so a failed run never leaves an output that looks complete.
+writes atomically, and the copy is renamed into place only when whole, so a failed run never leaves an output that
+looks complete.
 
 Only the standard library is imported here: a broken environment must still produce a readable cause.
 """
@@ -16,8 +20,10 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,6 +137,53 @@ def quantize_command(manifest: dict, inp: Path, out: Path, force: bool) -> list[
     return cmd
 
 
+def quantize_method(manifest: dict) -> str:
+    """MANIFEST quantize.method: "gptq" (absent in bundles written before it) or "none"."""
+    method = (manifest.get("quantize") or {}).get("method", "gptq")
+    if method not in ("gptq", "none"):
+        raise Failure(f"the bundle manifest's quantize.method {method!r} is neither gptq nor none")
+    return method
+
+
+def copy_original(inp: Path, out: Path) -> str:
+    """The output as the original, file for file, renamed into place when whole (an existing output is replaced
+    then). Hard links where --input and --output share a filesystem, copies elsewhere. Returns what was done."""
+    out_r = out.resolve()
+    out_r.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_r.name}.copy-", dir=out_r.parent))
+    counts = {"linked": 0, "copied": 0}
+
+    def place(src: str, dst: str) -> None:
+        try:
+            os.link(os.path.realpath(src), dst)
+            counts["linked"] += 1
+        except OSError:  # another filesystem, a read-only or link-refusing one: a copy
+            shutil.copy2(src, dst)
+            counts["copied"] += 1
+
+    try:
+        staged = tmp / "model"
+        try:
+            shutil.copytree(inp, staged, copy_function=place)  # symlinks followed: the files themselves
+        except (OSError, shutil.Error) as exc:
+            raise Failure(f"cannot copy {inp} to {out}: {exc}") from exc
+        if out_r.exists():
+            old = tmp / "replaced"
+            os.rename(out_r, old)
+        os.rename(staged, out_r)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return f"{counts['linked']} files hard-linked, {counts['copied']} copied"
+
+
+def copy_phase(inp: Path, out: Path, timings: dict) -> None:
+    log(f"phase copy: the recipe quantizes nothing (method none): {out} becomes {inp}, file for file")
+    t0 = time.monotonic()
+    done = copy_original(inp, out)
+    timings["copy"] = round(time.monotonic() - t0, 1)
+    log(f"phase copy: ok in {timings['copy']} s ({done})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="preprocess_model.py", description="Quantize MiniCPM-SALA with the bundle's recipe.")
     parser.add_argument("--input", required=True, type=Path, help="the original MiniCPM-SALA checkpoint")
@@ -148,11 +201,18 @@ def main(argv: list[str] | None = None) -> int:
         timings["validate"] = round(time.monotonic() - t0, 1)
         log(f"phase validate: ok in {timings['validate']} s (soarpack {manifest.get('soarpack_version')}, profile {manifest.get('profile')})")
         (BUNDLE / "logs").mkdir(exist_ok=True)
-        run_phase("quantize", quantize_command(manifest, args.input, args.output, non_empty), timings)
-        if not args.no_verify:
-            # quantize already compared the checkpoint with the original before its atomic rename; this re-checks
-            # the structure of what landed at --output (seconds, not the minutes of a per-module comparison)
-            run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output)], timings)
+        if quantize_method(manifest) == "gptq":
+            run_phase("quantize", quantize_command(manifest, args.input, args.output, non_empty), timings)
+            if not args.no_verify:
+                # quantize already compared the checkpoint with the original before its atomic rename; this
+                # re-checks the structure of what landed at --output (seconds, not the minutes of a per-module
+                # comparison)
+                run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output)], timings)
+        else:
+            copy_phase(args.input, args.output, timings)
+            if not args.no_verify:  # every file against the original, byte for byte (links are not read)
+                run_phase("verify", [sys.executable, "-m", "soarpack", "verify", str(args.output),
+                                     "--original", str(args.input)], timings)
     except Failure as exc:
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -19,15 +19,19 @@ from typing import Optional
 MARLIN_UTILS = "sglang/srt/layers/quantization/marlin_utils.py"
 BEGIN = "# --- soarpack w4-dispatch: begin"
 END = "# --- soarpack w4-dispatch: end ---"
+FP8_BEGIN = "# --- soarpack fp8-prefill: begin"
+FP8_END = "# --- soarpack fp8-prefill: end ---"
 
 
-def block_text(marlin_utils: Path) -> tuple:
-    """(text, first line number) of the dispatch block in a patched marlin_utils.py."""
+def block_text(marlin_utils: Path, begin: str = BEGIN, end: str = END) -> tuple:
+    """(text, first line number) of the dispatch block (or, with FP8_BEGIN/FP8_END, patch 05's fp8-prefill block)
+    in a patched marlin_utils.py."""
     lines = Path(marlin_utils).read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(BEGIN)]
-    ends = [i for i, line in enumerate(lines) if line.startswith(END)]
+    starts = [i for i, line in enumerate(lines) if line.startswith(begin)]
+    ends = [i for i, line in enumerate(lines) if line.startswith(end)]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise ValueError(f"{marlin_utils}: no single soarpack w4-dispatch block (is patch 04-w4-dispatch applied?)")
+        what, patch = ("w4-dispatch", "04-w4-dispatch") if begin == BEGIN else ("fp8-prefill", "05-fp8-prefill")
+        raise ValueError(f"{marlin_utils}: no single soarpack {what} block (is patch {patch} applied?)")
     return "".join(lines[starts[0]:ends[0] + 1]), starts[0] + 1
 
 
@@ -35,13 +39,21 @@ def _has_future_annotations(path: Path) -> bool:
     return any(line.strip() == "from __future__ import annotations" for line in path.read_text(encoding="utf-8").splitlines()[:40])
 
 
-def load_block(tree: os.PathLike, env: Optional[dict] = None) -> types.ModuleType:
-    """The dispatch block of the patched fork tree `tree` (its python/ dir) as a module.
+def load_block(tree: os.PathLike, env: Optional[dict] = None, fp8: bool = False) -> types.ModuleType:
+    """The dispatch block of the patched fork tree `tree` (its python/ dir) as a module; with `fp8`, patch 05's
+    fp8-prefill block too, after it, at its own line numbers.
 
-    `env` temporarily sets environment variables while the block runs (it reads SOARPACK_W4_DISPATCH once).
+    `env` temporarily sets environment variables while the blocks run (they read SOARPACK_W4_DISPATCH and
+    SOARPACK_FP8_PREFILL once).
     """
     path = Path(tree) / MARLIN_UTILS
     text, first = block_text(path)
+    if fp8:
+        fp8_text, fp8_first = block_text(path, FP8_BEGIN, FP8_END)
+        gap = fp8_first - first - text.count("\n")
+        if gap < 0:
+            raise ValueError(f"{path}: the fp8-prefill block does not come after the w4-dispatch block")
+        text += "\n" * gap + fp8_text
     module = types.ModuleType("soarpack_w4_dispatch_block")
     module.__file__ = str(path)
     saved = {k: os.environ.get(k) for k in (env or {})}

@@ -245,7 +245,8 @@ def fixtures_39b(work: Path, f: dict, write, tree: Path, manifest: dict, good) -
         f["unshare"] = "unshare -rm"  # a private mount namespace: a small tmpfs to fill, as root of its own
 
 
-# (id, command, surface, case, argv or a bash line (str), expected exit code, words the output must hold, env)
+# (id, command, surface, case, argv or a bash line (str), expected exit code, words the output must hold (a word
+# starting with "!": text the output must not hold, e.g. a raw escape), env)
 CASES = [
     ("T1", "tiny-model", "OUT", "an existing file", ["tiny-model", "{afile}"], 2, ["afile"], {}),
     ("T2", "tiny-model", "--pattern", "a letter other than S/L", ["tiny-model", "{w}/t2", "--pattern", "SQ"], 2, ["pattern"], {}),
@@ -382,6 +383,173 @@ CASES = [
 ]
 
 
+# -- issue 39, part A: cache data loss, terminal escapes, secrets that shipped, diagnose, inspect --steps ---------------
+
+ESC_PAYLOAD = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202e"  # clear screen, a window title, BEL, a C1 CSI, a bidi override
+ESC_NAME = "evil" + ESC_PAYLOAD
+HF_TOKEN = "hf_" + "Ab3" * 12
+RAW_ESC = ["!\x1b[2J", "!\x07", "!\u202e"]  # what must never reach the output raw
+
+
+def fixtures_h39a(work: Path, f: dict) -> None:
+    import gzip
+    import io
+    import os
+
+    from soarpack.bench.evaluate import EVAL_KIND
+    from soarpack.bundle.build import build_bundle
+    from soarpack.bundle.tarpack import safe_extract, write_tarball
+    from soarpack.bundle.wheels import make_pure_wheel
+    from soarpack.cachemark import mark
+    from soarpack.imagestack import stack_dir
+
+    h = work / "h39a"
+    h.mkdir()
+
+    def tar_gz(members):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    def user_things(folder):
+        (folder / "Documents").mkdir(parents=True)
+        (folder / "Documents" / "thesis.tex").write_text("years of work\n")
+        (folder / "wheels").mkdir()
+        (folder / "wheels" / "mine.whl").write_bytes(b"mine")
+    # cache roots: a home, a / laid out around a home, a shared folder, an older soarpack's cache
+    user_things(h / "home")
+    f["h_home"] = str(h / "home")
+    (h / "slash" / "etc").mkdir(parents=True)
+    user_things(h / "slash" / "home" / "me")
+    f["h_slash"], f["h_slash_home"] = str(h / "slash"), str(h / "slash" / "home" / "me")
+    user_things(h / "shared")
+    (h / "shared" / "gpu-serve").mkdir()
+    mark(h / "shared" / "gpu-serve", "gpu-serve")
+    f["h_shared"] = str(h / "shared")
+    old = h / "oldcache"
+    key = stack_dir().name
+    (old / "image-stack" / key / "bin").mkdir(parents=True)
+    (old / "image-stack" / key / ".soarpack-ready.json").write_text("{}")
+    f["h_old"] = str(old)
+    (h / "esccache" / ESC_NAME).mkdir(parents=True)
+    f["h_esccache"] = str(h / "esccache")
+    # logs for diagnose
+    logs = h / "logs"
+    logs.mkdir()
+    (logs / f"{ESC_NAME}.log").write_text(f"RuntimeError: boom {ESC_PAYLOAD}\n")
+    f["h_esclogs"] = str(logs)
+    workers = "ValueError: Virtual pool 'model_loader:cpu' requests 2 workers but parent 'cpu' only has 1"
+    with (h / "long.log").open("w") as fh:
+        fh.write(workers + "\n")
+        line = "INFO all is well " * 10 + "\n"
+        fh.write(line * (33 * 2**20 // len(line)))
+    f["h_long"] = str(h / "long.log")
+    many = h / "many"
+    many.mkdir()
+    for i in range(503):
+        (many / f"r{i:03d}.log").write_text("INFO fine\n")
+    f["h_many"] = str(many)
+    (h / "quoted.log").write_text(f"WARNING retry: saw \"{workers[12:]}\", retrying\n"
+                                  "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    f["h_quoted"] = str(h / "quoted.log")
+    (h / "retry.log").write_text("server not ready yet, retrying in 5 s\nserver is up\neval done: 150 rows\n")
+    f["h_retry"] = str(h / "retry.log")
+    (h / "malformed.json").write_text(json.dumps({"kind": EVAL_KIND, "rows": "oops"}))
+    f["h_malformed"] = str(h / "malformed.json")
+    os.mkfifo(h / "fifo.log")
+    f["h_fifo"] = str(h / "fifo.log")
+    os.symlink("/dev/zero", h / "zero.json")
+    f["h_zero"] = str(h / "zero.json")
+    big = h / "big"
+    big.mkdir()
+    line = "INFO quantizing layer 3 of 32: loss 0.0123, all is well here, nothing to report\n"
+    (big / "one.log").write_text(line * (2**20 // len(line)))
+    for i in range(119):
+        os.link(big / "one.log", big / f"run{i:03d}.log")
+    f["h_big"] = str(big)
+    (h / "deep.json").write_text('{"kind": "%s", "rows": ' % EVAL_KIND + "[" * 100_000 + "]" * 100_000 + "}")
+    f["h_deep"] = str(h / "deep.json")
+    # bundles: a hostile calibration name; prepare_env.sh replaced (escapes, a here-document, eval, declare -x)
+    calib = h / f"{ESC_NAME}.jsonl"
+    calib.write_text(json.dumps({"text": "prose " * 40}) + "\n")
+    f["h_esccalib"] = str(calib)
+    bundle = build_bundle(h / "esc.tar.gz", wheels=False, calib=[calib], calib_rows=8).path
+    f["h_escbundle"] = str(bundle)
+    tree = safe_extract(bundle, h / "tree")
+    scripts = {"escsteps": f"# {ESC_PAYLOAD}\nexport EVIL=\"{ESC_PAYLOAD}\"\n",
+               "heredoc": "cat <<EOF\nexport FAKE_EXPORT=1\nEOF\nexport REAL=2\n",
+               "evalsteps": "eval 'export HIDDEN=1'\n", "declare": "declare -x DECLARED=6\n"}
+    for name, text in scripts.items():
+        (tree / "prepare_env.sh").write_text(text)
+        f[f"h_{name}"] = str(write_tarball(tree, h / f"{name}.tar.gz"))
+    # secrets: in a fork tree build ships as it is (--sglang-src), in an upload check reads, in a wheel
+    secret = f"token {HF_TOKEN}\n".encode()
+    for name, data in {"gz": gzip.compress(secret, mtime=0), "tgz": tar_gz({"in/s.txt": secret}),
+                       "u16": secret.decode().encode("utf-16"), "bomb": gzip.compress(bytes(16 << 20), 1, mtime=0) * 64}.items():
+        src = h / f"fork-{name}"
+        (src / "sglang").mkdir(parents=True)
+        (src / "sglang" / "__init__.py").write_text("")
+        (src / "sglang" / f"data.{name}").write_bytes(data)
+        f[f"h_fork_{name}"] = str(src)
+    (h / "tokname").mkdir()
+    (h / "tokname" / f"calib-{HF_TOKEN}.txt").write_text("prose\n")
+    f["h_tokname"] = str(h / "tokname" / f"calib-{HF_TOKEN}.txt")
+    up = h / "uptree"
+    shutil.copytree(tree, up)
+    (up / "calib" / "extra.gz").write_bytes(gzip.compress(secret, mtime=0))
+    f["h_upload"] = str(write_tarball(up, h / "upload.tar.gz"))
+    wheels = h / "wh"
+    wheel = make_pure_wheel(wheels, "evil", "1.0", {"evil/__init__.py": ""})
+    import zipfile
+
+    with zipfile.ZipFile(wheel, "a", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("evil/fixtures.tar.gz", tar_gz({"conf.txt": secret}))
+    f["h_wheels"] = str(wheels)
+    esc_fork = h / f"fork{ESC_NAME}"
+    (esc_fork / "sglang" / "srt").mkdir(parents=True)
+    (esc_fork / "sglang" / "__init__.py").write_text("")
+    f["h_escfork"] = str(esc_fork)
+
+
+_HOME = {"SOARPACK_CACHE": "{h_home}", "HOME": "{h_home}"}
+CASES_H39A = [
+    ("HA1", "cache clear", "env SOARPACK_CACHE", "the home folder (a sandbox HOME)", "python -m soarpack cache clear --yes; rc=$?; test -f {h_home}/Documents/thesis.tex && test -f {h_home}/wheels/mine.whl && echo kept-rc=$rc", 0, ["is the home folder", "kept-rc=2"], _HOME),
+    ("HA2", "cache clear", "env SOARPACK_CACHE", "a /-like folder holding HOME", "python -m soarpack cache clear --yes; rc=$?; test -f {h_slash_home}/Documents/thesis.tex && echo kept-rc=$rc", 0, ["a parent of the home folder", "kept-rc=2"], {"SOARPACK_CACHE": "{h_slash}", "HOME": "{h_slash_home}"}),
+    ("HA3", "cache clear", "env SOARPACK_CACHE", "a shared folder: the user's wheels/ and soarpack's gpu-serve", "python -m soarpack cache clear --yes; rc=$?; test -f {h_shared}/wheels/mine.whl && test ! -e {h_shared}/gpu-serve && echo kept-rc=$rc", 0, ["kept wheels", "kept-rc=1"], {"SOARPACK_CACHE": "{h_shared}", "HOME": "{w}"}),
+    ("HA4", "cache clear", "env SOARPACK_CACHE", "a stand-in an older soarpack made (no marker)", ["cache", "clear", "--yes"], 1, ["made it before markers existed", "rm -rf --"], {"SOARPACK_CACHE": "{h_old}", "HOME": "{w}"}),
+    ("HA5", "cache list", "cache entry name", "a name that is terminal escapes", ["cache", "list"], 0, ["\\x1b[2J", *RAW_ESC], {"SOARPACK_CACHE": "{h_esccache}"}),
+    ("HA6", "diagnose", "LOG_OR_DIR", "a log named and filled with terminal escapes", ["diagnose", "{h_esclogs}"], 0, ["\\x1b[2J", *RAW_ESC], {}),
+    ("HA7", "inspect", "BUNDLE", "a calibration file named with terminal escapes", ["inspect", "{h_escbundle}"], 0, ["\\x1b[2J", *RAW_ESC], {}),
+    ("HA8", "inspect --steps", "archive member prepare_env.sh", "an exported value and a comment that are escapes", ["inspect", "--steps", "{h_escsteps}"], 0, ["\\x1b[2J", *RAW_ESC], {}),
+    ("HA9", "calib", "FILE", "a file named with terminal escapes", ["calib", "{h_esccalib}", "--model-dir", "{tok}", "--max-len", "64", "-n", "1"], 0, ["\\x1b[2J", *RAW_ESC], {}),
+    ("HA10", "sglang check", "--sglang-src", "a tree named with terminal escapes", ["sglang", "check", "--sglang-src", "{h_escfork}"], 2, ["\\x1b[2J", *RAW_ESC], {}),
+    ("HA11", "build", "--sglang-src", "a .gz holding a token", ["build", "--no-wheels", "--profile", "safe", "--sglang-src", "{h_fork_gz}", "-o", "{w}/ha11.tar.gz"], 2, ["refusing to bundle", "Hugging Face token", "!" + HF_TOKEN], {}),
+    ("HA12", "build", "--sglang-src", "a .tar.gz holding a token", ["build", "--no-wheels", "--profile", "safe", "--sglang-src", "{h_fork_tgz}", "-o", "{w}/ha12.tar.gz"], 2, ["refusing to bundle", "in/s.txt"], {}),
+    ("HA13", "build", "--sglang-src", "a UTF-16 file holding a token", ["build", "--no-wheels", "--profile", "safe", "--sglang-src", "{h_fork_u16}", "-o", "{w}/ha13.tar.gz"], 2, ["refusing to bundle", "in 16-bit text"], {}),
+    ("HA14", "build", "--calib", "a file name holding a token", ["build", "--no-wheels", "--calib", "{h_tokname}", "-o", "{w}/ha14.tar.gz"], 2, ["name that holds what looks like", "!" + HF_TOKEN], {}),
+    ("HA15", "check", "BUNDLE member", "a .gz holding a token", ["check", "{h_upload}", "--no-rehearse"], 1, ["FAIL credentials"], {}),
+    ("HA16", "build", "--sglang-src", "a gzip bomb (1 GiB of zeros)", ["build", "--no-wheels", "--profile", "safe", "--sglang-src", "{h_fork_bomb}", "-o", "{w}/ha16.tar.gz"], 2, ["expands past"], {}),
+    ("HA17", "build", "--wheel-dir", "a wheel holding a .tar.gz holding a token", ["build", "--wheel-dir", "{h_wheels}", "-o", "{w}/ha17.tar.gz"], 2, ["evil/fixtures.tar.gz!fixtures.tar!conf.txt"], {}),
+    ("HA18", "diagnose", "LOG_OR_DIR", "a 33 MiB log whose failure is at the start", ["diagnose", "{h_long}"], 0, ["not read:", "only its last 32 MiB were read"], {}),
+    ("HA19", "diagnose", "LOG_OR_DIR", "a folder of 503 logs", ["diagnose", "{h_many}"], 0, ["stopped after 500 files"], {}),
+    ("HA20", "diagnose", "LOG_OR_DIR", "a warning quoting a signature, then the real error", ["diagnose", "{h_quoted}"], 0, ["NOT A VERDICT", "illegal memory access"], {}),
+    ("HA21", "diagnose", "LOG_OR_DIR", "a successful log's retry line (an unverified pattern)", ["diagnose", "{h_retry}"], 0, ["NOT A VERDICT"], {}),
+    ("HA22", "diagnose", "LOG_OR_DIR", "an eval result whose rows are a string", ["diagnose", "{h_malformed}"], 1, ["result-malformed"], {}),
+    ("HA23", "diagnose", "LOG_OR_DIR", "a FIFO with no writer", ["diagnose", "{h_fifo}"], 0, ["a pipe that gave nothing to read"], {}),
+    ("HA24", "diagnose", "LOG_OR_DIR", "/dev/zero through a symlink named .json", ["diagnose", "{h_zero}"], 2, ["is a character device"], {}),
+    ("HA25", "diagnose", "LOG_OR_DIR", "120 logs of 1 MiB in 195 MiB of address space", "ulimit -v 200000; python -m soarpack diagnose {h_big}", 0, ["no known failure"], {}),
+    ("HA26", "diagnose", "LOG_OR_DIR", "an eval result nested 100,000 deep", ["diagnose", "{h_deep}"], 2, ["nested too deep"], {}),
+    ("HA27", "inspect --steps", "archive member prepare_env.sh", "an export inside a here-document", ["inspect", "--steps", "{h_heredoc}"], 0, ["export REAL=2", "!FAKE_EXPORT"], {}),
+    ("HA28", "inspect --steps", "archive member prepare_env.sh", "an export behind eval", ["inspect", "--steps", "{h_evalsteps}"], 0, ["could not read line 1: eval"], {}),
+    ("HA29", "inspect --steps", "archive member prepare_env.sh", "declare -x", ["inspect", "--steps", "{h_declare}"], 0, ["export DECLARED=6"], {}),
+]
+CASES += CASES_H39A
+
+
 def _limit():
     resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
 
@@ -414,7 +582,7 @@ def run_case(case, fx: dict, python: str) -> dict:
         observed = "HANG"
     elif "Traceback (most recent call last)" in out:
         observed = "TB"
-    elif rc == code and all(w in flat for w in words):
+    elif rc == code and all(w[1:] not in out if w.startswith("!") else w in flat for w in words):
         observed = "ok"
     elif rc == 0:
         observed = "SW"
@@ -432,6 +600,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="soarpack-input-sweep-"))
     try:
         fx = fixtures(work)
+        fixtures_h39a(work, fx)
         only = set(sys.argv[1:])
         results = [run_case(c, fx, python) for c in CASES if not only or c[0] in only]
     finally:

@@ -124,8 +124,13 @@ def cache_root() -> Path:
 
 def make_cache_dir(path: Path, what: str) -> Path:
     """Create a folder under the cache (wheels, the image stand-in); a read-only or missing HOME is one error line
-    with the fix, not an OSError traceback."""
+    with the fix, not an OSError traceback. A top-level entry soarpack creates gets its marker (soarpack.cachemark:
+    only marked entries are ever cleared); a folder that was already there is not marked."""
+    from soarpack.cachemark import create_marked
+
     try:
+        if path.parent == cache_root() and path.name != "image-stack":
+            create_marked(path, path.name)
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise HostError(f"cannot create the {what} folder {path} ({exc.strerror or exc})",
@@ -252,6 +257,9 @@ def _build(root: Path, marker: Path, packages: Sequence[str], log: Callable[[str
                               "install one (pyenv install 3.10) or set SOARPACK_PYTHON310=/path/to/python3.10")
     log(f"building the image stand-in once (CPython 3.10, {', '.join(IMAGE_PINS)}; about 4 GB from PyPI) at {root}")
     shutil.rmtree(root, ignore_errors=True)
+    from soarpack.cachemark import create_marked
+
+    create_marked(root, f"image-stack/{root.name}")  # before the venv: an interrupted build is still ours to clear
     proc = subprocess.run([py310, "-m", "venv", str(root)], capture_output=True, text=True, env=clean_env())
     if proc.returncode != 0:
         raise ImageStackError(f"cannot make a Python 3.10 venv at {root}: {proc.stderr.strip()[-300:]}")

@@ -42,6 +42,7 @@ NEEDS_TORCH = frozenset({
     "test_sweep_quant.py", "test_conftest_torch_list.py", "test_bundle_forkstep.py", "test_image_stack.py",
     "test_serve_forkcheck.py", "test_quant_glacheck.py", "test_quant_quiet.py", "test_sala_streaming.py",
     "test_quant_engine.py", "test_w4_dispatch.py", "test_verdicts_calibration.py", "test_kernels_splitk.py",
+    "test_fp8_prefill.py",
     "test_gla_decode.py",
 })
 

@@ -217,9 +217,9 @@ def test_real_wheel_bundle_checks_its_tags(work):
 def fp8_bundle(work):
     from soarpack.recipe.profile import load_profile
 
-    if not load_profile("fp8").patches:
-        pytest.skip("the fp8 profile needs no patches any more")
-    return build_bundle(work / "fp8.tar.gz", profile="fp8", wheels=False, calib_rows=8).path
+    if not load_profile("fp8-kv").patches:
+        pytest.skip("the fp8-kv profile needs no patches any more")
+    return build_bundle(work / "fp8.tar.gz", profile="fp8-kv", wheels=False, calib_rows=8).path
 
 
 def test_patches_that_do_not_apply_fail_the_rehearsal_and_export_the_fallback(work, fp8_bundle):
@@ -285,7 +285,7 @@ def test_real_wheel_set_installs_offline_on_python310_complete_but_torch(work):
 def test_bundle_with_a_patched_tree_records_the_fork_commit(work, fork_src):
     from soarpack.serve.patches import check_tree
 
-    result = build_bundle(work / "tree.tar.gz", profile="fp8", sglang_src=fork_src, wheels=False,
+    result = build_bundle(work / "tree.tar.gz", profile="fp8-kv", sglang_src=fork_src, wheels=False,
                           calib_rows=8)
     sglang = result.manifest["sglang"]
     assert sglang["mode"] == "tree" and sglang["fork_commit"] == check_tree(fork_src).commit

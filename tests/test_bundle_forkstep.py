@@ -38,7 +38,7 @@ def test_each_recipe_loads_through_the_fork(tmp_path, probe_wheels, sglang_fork_
 
 
 def test_the_patched_fork_loads_it_for_a_profile_with_patches(tmp_path, probe_wheels, sglang_fork_trees):
-    report, steps = _rehearse(tmp_path, probe_wheels, sglang_fork_trees["d29fb130c"], profile="fp8")
+    report, steps = _rehearse(tmp_path, probe_wheels, sglang_fork_trees["d29fb130c"], profile="fp8-kv")
     assert steps["sglang patches"].status == PASS, steps["sglang patches"].detail
     assert steps["fork loads it"].status == PASS, steps["fork loads it"].detail
     assert steps["fork loads it"].data["fork_commit"] == "d29fb130c"

@@ -21,10 +21,10 @@ def test_inspect_summarises_a_built_bundle(tmp_path):
     calib.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(5)))
     wheels = tmp_path / "wh"
     make_pure_wheel(wheels, "probe", "1.0", {"probe.py": "X = 1\n"})
-    built = build_bundle(tmp_path / "b.tar.gz", profile="fp8", calib=[calib], wheel_dir=wheels)
+    built = build_bundle(tmp_path / "b.tar.gz", profile="fp8-kv", calib=[calib], wheel_dir=wheels)
     summary = inspect_bundle(built.path)
     assert summary["sha256"] == hashlib.sha256(built.path.read_bytes()).hexdigest()
-    assert summary["profile"] == "fp8" and summary["server_args"] == load_profile("fp8").args_string()
+    assert summary["profile"] == "fp8-kv" and summary["server_args"] == load_profile("fp8-kv").args_string()
     assert summary["recipe"] == built.manifest["quantize"]["recipe_name"]
     assert summary["calibration"] == {"rows": 5, "sources": [{"file": "calib/00-mine.jsonl", "rows": 5}]}
     assert summary["wheels"] == {"count": 1, "source": "dir"}

@@ -28,7 +28,7 @@ def fp8_bundle(tmp_path_factory):
     work = tmp_path_factory.mktemp("steps")
     calib = work / "mine.jsonl"
     calib.write_text(json.dumps({"text": "hello world " * 20}) + "\n")
-    path = build_bundle(work / "b.tar.gz", profile="fp8", calib=[calib], wheels=False).path
+    path = build_bundle(work / "b.tar.gz", profile="fp8-kv", calib=[calib], wheels=False).path
     root = safe_extract(path, work / "x")
     return path, Path(root)
 
@@ -102,7 +102,7 @@ def test_cli_prints_the_steps_text_and_json(fp8_bundle):
                  "sglang.launch_server --model-path QUANTIZED"):
         assert text in result.output
     data = json.loads(runner.invoke(app, ["inspect", "--steps", "--json", str(path)]).output)
-    assert data["profile"] == "fp8" and len(data["steps"]) == 5
+    assert data["profile"] == "fp8-kv" and len(data["steps"]) == 5
 
 
 def test_bad_bundles_exit_2(tmp_path):

@@ -39,6 +39,10 @@ def cache(tmp_path, monkeypatch):
     (root / "wheels" / "a-1.0-py3-none-any.whl").write_bytes(b"w" * 50_000)
     (root / "gpu-serve").mkdir()
     os.symlink("/nonexistent/outside", root / "gpu-serve" / "link.whl")  # never followed, only the link goes
+    from soarpack.cachemark import mark
+
+    for name in (f"image-stack/{current.name}", f"image-stack/{old.name}", "wheels", "gpu-serve"):
+        mark(root / name, name)  # what soarpack writes when it makes each entry
     return root, current, old
 
 

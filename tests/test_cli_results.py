@@ -126,7 +126,7 @@ def test_default_name_is_profile_recipe_and_content_hash_and_check_finds_it(tmp_
     again = runner.invoke(app, ["build", "--no-wheels", "--profile", "safe"])  # same content, same name: up to date
     assert again.exit_code == 0 and again.stdout.strip() == name, again.output
     assert f"{name} is up to date" in again.stderr and Path(name).read_bytes() == before
-    other = runner.invoke(app, ["build", "--no-wheels", "--profile", "fp8"])
+    other = runner.invoke(app, ["build", "--no-wheels", "--profile", "fp8-kv"])
     assert other.exit_code == 0 and other.stdout.strip() != name
     # `check` with no BUNDLE takes the newest soarpack-*.tar.gz here (the two-command quick start)
     checked = runner.invoke(app, ["check", "--no-rehearse"])

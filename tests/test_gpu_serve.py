@@ -461,9 +461,9 @@ EXTRA_PINS = ("jsonschema==4.26.0", "referencing==0.37.0", "rpds-py==0.30.0", "j
 @pytest.fixture(scope="session")
 def extra_site(image_python):
     """What the fork's HTTP server imports and the image stand-in lacks (jsonschema): once, beside the stand-in."""
-    from soarpack.imagestack import cache_root, clean_env
+    from soarpack.imagestack import cache_root, clean_env, make_cache_dir
 
-    target = cache_root() / "gpu-serve" / "extra-cp310"
+    target = make_cache_dir(cache_root() / "gpu-serve", "gpu-serve extras") / "extra-cp310"  # marked: clear may delete it
     marker = target / ".ready"
     if not marker.is_file():
         proc = subprocess.run([str(image_python), "-m", "pip", "install", "-q", "--disable-pip-version-check",

@@ -167,3 +167,91 @@ def test_a_missing_marlin_extension_is_refused(tmp_path):
     with pytest.raises(K.ConfigError, match="does not exist"):
         load_marlin(str(tmp_path / "missing.so"))
     assert load_marlin(None) is None
+
+
+# -- the FP8 route (patch 05) ---------------------------------------------------------------------------------
+
+
+def _fp8_rows(times, cls="gate_up", shape="32768x4096", bits=4):
+    """rows of one shape from {M: (marlin_us, dequant_us, fp8_us)}"""
+    return [{"class": cls, "shape": shape, "bits": bits, "M": m, "marlin_us": a, "dequant_us": b, "fp8_us": c}
+            for m, (a, b, c) in times.items()]
+
+
+def test_fp8_thresholds_are_where_fp8_beats_both_w4_routes_at_every_larger_m():
+    from soarpack.kernels.thresholds import choose_fp8_thresholds, fp8_spec
+
+    t = {1: (10, 50, 20), 64: (30, 25, 20), 128: (24, 26, 25), 256: (40, 30, 29), 512: (60, 40, 30)}
+    assert choose_fp8_thresholds(_fp8_rows(t)) == {("gate_up", 4): 256}  # 64 won, 128 lost: not kept
+    assert choose_fp8_thresholds(_fp8_rows({1: (10, 50, 20), 8192: (90, 80, 85)})) == {("gate_up", 4): NEVER}
+    # the sparse layers' q/k/v: measured, but written "off" (accuracy undecided); NEVER is "off" too
+    chosen = {("gate_up", 4): 256, ("sparse_qkv", 4): 128, ("down", 8): NEVER}
+    assert fp8_spec(chosen) == "down:8=off,gate_up:4=256,sparse_qkv:4=off"
+    assert fp8_spec(chosen, kept_off=()) == "down:8=off,gate_up:4=256,sparse_qkv:4=128"
+
+
+@pytest.mark.needs_torch
+def test_the_fp8_spec_is_read_back_by_patch_05_exactly():
+    from soarpack.kernels.block import load_dispatch_block
+    from soarpack.kernels.thresholds import fp8_spec
+
+    chosen = {("attn", 4): 64, ("gate_up", 8): 1024, ("down", 4): NEVER, ("sparse_qkv", 4): 128}
+    block = load_dispatch_block(dispatch="", fp8=True, fp8_spec=fp8_spec(chosen))
+    assert block.SOARPACK_FP8_ENABLED
+    want = {**block.SOARPACK_FP8_THRESHOLDS, ("attn", 4): 64, ("gate_up", 8): 1024, ("down", 4): block.SOARPACK_FP8_NEVER,
+            ("sparse_qkv", 4): block.SOARPACK_FP8_NEVER}
+    assert block.SOARPACK_FP8_ACTIVE == want
+    assert block.SOARPACK_FP8_NEVER == NEVER  # one "never" for the table and the patch
+    assert block.soarpack_fp8_route(1 << 20, 4096, 16384, 4) != "fp8"
+
+
+@pytest.mark.needs_torch  # the release shape comes from soarpack.sala.release (imports torch)
+def test_the_fp8_route_through_the_stand_in_gives_thresholds_bar_and_rollup():
+    ms = list(K.M_DEFAULT)
+    assert ms[0] == 1 and ms[-1] == 16384 and {4096, 8192} <= set(ms)
+    res = K.run_kernels(recipes=["w4-mlp", "w4-full"], ms=ms, backend=kernels_standin.backend())
+    classes = sorted(SHAPE_CLASSES.values())
+    assert res["fp8_thresholds"] == {f"{c}:4": 128 for c in classes}  # the stand-in's FP8 crossover
+    assert res["fp8_env"] == ",".join(f"{c}:4={'off' if c == 'sparse_qkv' else 128}" for c in classes)
+    assert res["fp8_kept_off"] == {"sparse_qkv:4": 128}
+    bar = res["fp8_bar"]
+    assert bar["ok"] is True and bar["decode_marlin"] is True and bar["decode_not_marlin"] == []
+    assert {(s["shape"], s["M"]) for s in bar["shapes"]} == {(f"{n}x{k}", m) for n, k in SHAPE_CLASSES for m in (4096, 8192)}
+    row = next(r for r in res["rows"] if r["class"] == "down" and r["M"] == 8192)
+    assert row["winner"] == "fp8" and row["fp8_vs_bf16"] == pytest.approx(row["fp8_us"] / row["bf16_us"])
+    assert next(r for r in res["rows"] if r["class"] == "down" and r["M"] == 32)["winner"] != "fp8"
+    rows = {(r["size_n"], r["size_k"], r["M"]): r for r in res["rows"]}
+    roll = {(r["workload"], r["step"], r["M"]): r for r in res["rollup"]}
+    mlp = next(w for w in res["workloads"] if w["name"] == "w4-mlp")
+    # fast-fp8 at a prefill chunk: the W4 linears through FP8, the 16-bit ones bf16
+    want = sum(ln["count"] * rows[(ln["size_n"], ln["size_k"], 8192)]["fp8_us" if ln["bits"] == 4 else "bf16_us"]
+               for ln in mlp["linears"]) / 1e3
+    assert roll[("w4-mlp", "prefill", 8192)]["fp8_prefill_ms"] == pytest.approx(want)
+    # ... and Marlin at decode (the FP8 threshold is above 8)
+    want = sum(ln["count"] * rows[(ln["size_n"], ln["size_k"], 8)]["marlin_us" if ln["bits"] == 4 else "bf16_us"]
+               for ln in mlp["linears"]) / 1e3
+    assert roll[("w4-mlp", "decode", 8)]["fp8_prefill_ms"] == pytest.approx(want)
+    # the fork's --quantization fp8 on the bf16 workload: every linear through FP8 at every M
+    bf16 = res["workloads"][0]
+    want = sum(ln["count"] * rows[(ln["size_n"], ln["size_k"], 1)]["fp8_us"] for ln in bf16["linears"]) / 1e3
+    assert roll[("bf16", "decode", 1)]["fp8_all_ms"] == pytest.approx(want)
+    assert roll[("bf16", "prefill", 8192)]["fp8_all_vs_bf16"] < 0.7
+    text = K.render_text(res)
+    assert f"export SOARPACK_FP8_PREFILL={res['fp8_env']}" in text
+    assert "issue 37's bar (FP8 <= 0.70x bf16 at M = 4096, 8192 on every shape; Marlin at M <= 32): MET" in text
+    assert "kept off (accuracy undecided" in text and "sparse_qkv:4=128" in text
+    json.dumps(res)
+
+
+@pytest.mark.needs_torch
+def test_the_bar_is_not_judged_without_its_m_and_fails_where_fp8_is_slow():
+    res = K.run_kernels(recipes=["w4-mlp"], ms=[1, 8, 8192], backend=kernels_standin.backend())
+    assert res["fp8_bar"]["ok"] is None  # no M = 4096
+    slow = kernels_standin.StandIn(fp8_crossover=1 << 20)  # FP8 slower than W4 everywhere
+    res = K.run_kernels(recipes=["w4-mlp"], ms=[1, 32, 4096, 8192], backend=slow)
+    assert res["fp8_bar"]["ok"] is False and "NOT MET" in K.render_text(res)
+    assert set(res["fp8_thresholds"].values()) == {NEVER} and "gate_up:4=off" in res["fp8_env"]
+    early = kernels_standin.StandIn(fp8_crossover=16)  # FP8 from M = 16: not Marlin at decode
+    bar = K.run_kernels(recipes=["w4-mlp"], ms=[1, 16, 32, 4096, 8192], backend=early)["fp8_bar"]
+    assert bar["ok"] is False and bar["decode_marlin"] is False
+    assert {(d["M"], d["route"]) for d in bar["decode_not_marlin"]} == {(16, "fp8"), (32, "fp8")}

@@ -52,8 +52,21 @@ CASES = {
     "platform-flag-wins": (f"{BASE} --port 8000", f"{BASE} --max-prefill-tokens 16384", {}),
     "mem-fraction-range": (f"{BASE} --mem-fraction-static 7", f"{BASE} --mem-fraction-static 0.85", {}),
     "unknown-patch": (BASE, BASE, {"patched": {"fp9-kv"}, "patched_ok": {"fp8-kv-query"}}),
+    "patch-requires": (BASE, BASE, {"patched": {"fp8-prefill"}, "patched_ok": {"w4-dispatch", "fp8-prefill"}}),
     "unsafe-token": (f'{BASE} --served-model-name "my model"', f"{BASE} --served-model-name my-model", {}),
+    "quantization-recipe": (BASE.replace("gptq_marlin", "fp8"), BASE, {"recipe": "w4-mlp"}),
 }
+
+
+def test_quantization_recipe_both_ways():
+    """An unquantized recipe (method none) wants --quantization fp8 or none, never a GPTQ method; a GPTQ recipe wants
+    a GPTQ method, never fp8."""
+    fp8 = BASE.replace("gptq_marlin", "fp8")
+    none = BASE.replace("--quantization gptq_marlin ", "")
+    assert "quantization-recipe" in {f.rule for f in lint_args(BASE, recipe="bf16")}
+    assert [f.rule for f in lint_args(fp8, recipe="bf16")] == []
+    assert [f.rule for f in lint_args(none, recipe="bf16")] == []  # plain bf16 serving: no no-quantization finding
+    assert "quantization-recipe" in {f.rule for f in lint_args(fp8, recipe="w4-mlp")}
 
 
 def test_every_rule_has_a_case():

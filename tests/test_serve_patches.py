@@ -43,7 +43,7 @@ def tree(tmp_path):
 def test_patch_set_is_ordered_and_documented():
     patches = P.load_patches()
     assert [p.name for p in patches] == ["sparse-dtype", "fp8-kv-query", "fp8-kv-compressed-keys", "w4-dispatch",
-                                            "gla-decode-in-place"]
+                                        "fp8-prefill", "gla-decode-in-place"]
     for p in patches:
         assert p.summary and "Concern:" in p.description, p.name
         assert all(f.path.startswith("sglang/srt/") and f.hunks for f in p.files)
@@ -68,12 +68,12 @@ def test_clean_apply_then_already_applied(tree, tmp_path):
     report = P.check_tree(tree)
     assert [(p.name, p.status) for p in report.patches] == [
         ("sparse-dtype", "apply"), ("fp8-kv-query", "apply"), ("fp8-kv-compressed-keys", "apply"), ("w4-dispatch", "apply"),
-        ("gla-decode-in-place", "apply")]
+        ("fp8-prefill", "apply"), ("gla-decode-in-place", "apply")]
     assert report.commit is None and report.state == "unknown"  # anchor lines only: no recorded commit
 
     out = tmp_path / "patched"
     report = P.apply_patches(tree, out, verify_compile=False)
-    assert BACKEND in report.written and len(report.written) == 6
+    assert BACKEND in report.written and len(report.written) == 8
     assert {p: p.read_text() for p in tree.rglob("*.py")} == before  # the source is untouched
     patched = (out / BACKEND).read_text()
     assert "self.model_dtype = model_runner.dtype" in patched
@@ -91,7 +91,7 @@ def test_in_place_apply_accepts_repo_root(tree):
     assert report.written == [BACKEND]
     statuses = {p.name: p.status for p in P.check_tree(tree.parent).patches}
     assert statuses == {"sparse-dtype": "applied", "fp8-kv-query": "apply", "fp8-kv-compressed-keys": "apply",
-                        "w4-dispatch": "apply", "gla-decode-in-place": "apply"}
+                        "w4-dispatch": "apply", "fp8-prefill": "apply", "gla-decode-in-place": "apply"}
 
 
 def test_drifted_file_names_file_line_and_text(tree, tmp_path):

@@ -20,7 +20,7 @@ def _flag(args, name):
 
 
 def test_packaged_profiles_lint_clean_with_their_patches():
-    assert {"fp8", "safe", "dense-fp8"} <= set(list_profiles())
+    assert {"fp8", "fp8-kv", "fast-fp8", "safe", "dense-fp8"} <= set(list_profiles())
     assert DEFAULT_PROFILE == "safe"
     for name in list_profiles():
         prof = load_profile(name)
@@ -33,7 +33,7 @@ def test_packaged_profiles_lint_clean_with_their_patches():
 
 
 def test_profiles_say_what_the_issue_asks():
-    fp8, safe, dense = load_profile("fp8"), load_profile("safe"), load_profile("dense-fp8")
+    fp8, safe, dense = load_profile("fp8-kv"), load_profile("safe"), load_profile("dense-fp8")
     for p in (fp8, safe, dense):
         assert p.recipe == "w4-mlp"
         assert (_flag(p.args, "--quantization"), _flag(p.args, "--dtype")) == ("gptq_marlin", "bfloat16")
@@ -43,9 +43,27 @@ def test_profiles_say_what_the_issue_asks():
     assert {"fp8-kv-query", "fp8-kv-compressed-keys"} <= set(fp8.patches) and fp8.fallback == "safe"
     assert _flag(safe.args, "--kv-cache-dtype") in (None, "auto") and safe.patches == []
     assert _flag(dense.args, "--kv-cache-dtype") == "fp8_e5m2" and "--force-dense-minicpm" in dense.args and dense.patches == []
-    # without its patches the fp8 profile is refused: the lint knows the sparse fp8 path is broken unpatched
-    assert "fp8-kv-sparse-unpatched" in {f.rule for f in errors(lint_profile("fp8", patched=set()))}
-    assert lint_profile("fp8") == [] and lint_profile("safe", patched=set()) == []
+    # without its patches the fp8-kv profile is refused: the lint knows the sparse fp8 path is broken unpatched
+    assert "fp8-kv-sparse-unpatched" in {f.rule for f in errors(lint_profile("fp8-kv", patched=set()))}
+    assert lint_profile("fp8-kv") == [] and lint_profile("safe", patched=set()) == []
+
+
+def test_the_fp8_profiles_of_issue_37():
+    """fp8: the fork's own W8A8 --quantization fp8 on the original checkpoint (recipe bf16, nothing quantized before,
+    no patches); fast-fp8: "fast" plus patch fp8-prefill (which needs w4-dispatch); both say their FP8 risk."""
+    from soarpack.recipe.model import load_recipe
+
+    fp8, fast_fp8, fast, safe = (load_profile(n) for n in ("fp8", "fast-fp8", "fast", "safe"))
+    assert fp8.recipe == "bf16" and not load_recipe("bf16").quantizes and fp8.patches == [] and fp8.fallback is None
+    assert fp8.args == [("fp8" if a == "gptq_marlin" else a) for a in safe.args]  # safe's args, --quantization fp8
+    assert fast_fp8.recipe == "w4-mlp" and fast_fp8.patches == ["w4-dispatch", "fp8-prefill"]
+    assert fast_fp8.args == fast.args and fast_fp8.fallback == "safe"
+    assert "patch-requires" in {f.rule for f in lint_profile("fast-fp8", patched={"fp8-prefill"})}
+    for prof in (fp8, fast_fp8):
+        flagged = [e for e in prof.evidence if e.risk]
+        assert flagged and all(e.kind == "none" for e in flagged), prof.name  # nothing measured on a GPU
+        assert any("75-77.5" in e.risk and "unmeasured" in e.risk or "unknown" in e.risk for e in flagged)
+        assert not any(e.relation == "this" and e.acc_ori is not None for e in prof.evidence)  # no accuracy claimed
 
 
 def test_loader_errors(tmp_path):
@@ -78,7 +96,7 @@ def test_cli_args_and_profiles(tmp_path):
     data = json.loads(res.stdout)
     assert data["name"] == "safe" and data["args_string"] == load_profile("safe").args_string() and data["findings"] == []
 
-    res = runner.invoke(app, ["args", "fp8", "--unpatched"])
+    res = runner.invoke(app, ["args", "fp8-kv", "--unpatched"])
     assert res.exit_code == 2 and "fp8-kv-sparse-unpatched" in res.output
 
     broken = tmp_path / "broken.toml"

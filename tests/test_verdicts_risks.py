@@ -51,7 +51,7 @@ def test_every_builtin_recipe_and_profile_carries_evidence_citing_docs_evidence(
     mlp = [e for e in load_recipe("w4-mlp").evidence if e.kind == "platform"][0]
     assert (mlp.acc_ori, mlp.s1, mlp.s8, mlp.smax) == (82.18, 718, 1067, 2343)
     assert [e.kind for e in load_recipe("w4-balanced").evidence if e.relation == "this"] == ["none"]
-    fp8 = [e for e in load_profile("fp8").evidence if e.kind == "platform"][0]
+    fp8 = [e for e in load_profile("fp8-kv").evidence if e.kind == "platform"][0]
     assert fp8.acc_range == (75.0, 77.5)
 
 
@@ -145,7 +145,7 @@ def test_w4_full_names_its_measured_risk_with_source_and_c(tmp_path):
 
 def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
     cases = {
-        "fp8": (dict(profile="fp8", calib=[_public_mix(tmp_path, 60)]), ["profile-below-gate", "profile-flagged"]),
+        "fp8": (dict(profile="fp8-kv", calib=[_public_mix(tmp_path, 60)]), ["profile-below-gate", "profile-flagged"]),
         "12 rows": (dict(calib=[_calib(tmp_path, 12)]), ["calib-short", "calib-tasks"]),
         "built-in": (dict(), ["calib-builtin"]),
     }
@@ -160,7 +160,7 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
         for risk in built.risks:
             assert risk.line() in inspected and risk.line() in checked.stdout, label
         assert checked.exit_code == 1
-    fp8 = manifest_risks(json.loads(json.dumps(build_bundle(tmp_path / "f2.tar.gz", profile="fp8", **QUIET).manifest)))
+    fp8 = manifest_risks(json.loads(json.dumps(build_bundle(tmp_path / "f2.tar.gz", profile="fp8-kv", **QUIET).manifest)))
     assert "ori 75-77.5" in fp8[0].message and "C = 0 (elimination)" in fp8[0].message
     short = build_bundle(tmp_path / "s2.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).risks[0]
     assert "12 calibration rows shipped (calib/00-rows12.jsonl (12 rows)) against the 256 soarpack's default asks for" in short.message
@@ -243,12 +243,12 @@ def test_other_risks_exit_0_and_strict_makes_them_exit_1(tmp_path, rehearsed):
 
 def test_build_prints_the_risks_on_stderr_and_only_the_path_on_stdout(tmp_path):
     out = tmp_path / "b.tar.gz"
-    result = CliRunner().invoke(app, ["build", "--profile", "fp8", "--no-wheels", "-o", str(out)])
+    result = CliRunner().invoke(app, ["build", "--profile", "fp8-kv", "--no-wheels", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(out)
-    assert "risk profile-below-gate: profile fp8: peers measured ori 75-77.5" in result.stderr
+    assert "risk profile-below-gate: profile fp8-kv: peers measured ori 75-77.5" in result.stderr
     assert "calibration: 256 rows shipped of the 256 asked (soarpack's default), from the built-in synthetic prompts" in result.stderr
-    as_json = json.loads(CliRunner().invoke(app, ["build", "--profile", "fp8", "--no-wheels", "-o", str(out),
+    as_json = json.loads(CliRunner().invoke(app, ["build", "--profile", "fp8-kv", "--no-wheels", "-o", str(out),
                                                   "--force", "--json"]).stdout)
     assert [r["name"] for r in as_json["risks"]] == ["profile-below-gate", "profile-flagged", "calib-builtin"]
 

@@ -12,9 +12,15 @@
 #             and tokenizers come from the carried site, transformers is not imported)
 #   bf16 | w4 the fork's server on that checkpoint (launch.py), 3 prompts x 16 greedy tokens, the token table;
 #             the server's first 200 log lines and the table land in $OUT
-#   speedset  `soarpack speedset` on the bf16 model's tokenizer with the 1of16 preset, $BENCH_ROWS rows
-#   bench-bf16 | bench-w4 | bench-w4d
-#             the server (w4d: the fork with soarpack's w4-dispatch patch) with the tokenizer on, `soarpack bench`
+#   fp8 | w4f8 (issue 37) the same for the fork's own --quantization fp8 on the bf16 checkpoint (against the bf16
+#             reference), and for the w4 checkpoint on the fork with patches 04 + 05 with SOARPACK_FP8_PREFILL=$F8_COMPARE
+#             (default 1: every call through FP8, since these prompts are shorter than any prefill threshold); the
+#             followed-token counts are reported against need $NEED_F8 (default 0: no bar set)
+#   speedset  `soarpack speedset` on the bf16 model's tokenizer with the 1of16 preset (or $SPEED_MIX: a preset or a
+#             mix file, e.g. benchmarks/gpu_serve/speed-mix-long.toml for issue 37's long prompts), $BENCH_ROWS rows
+#   bench-bf16 | bench-w4 | bench-w4d | bench-fp8 | bench-w4f8
+#             the server (w4d: the fork with soarpack's w4-dispatch patch; fp8: the bf16 checkpoint with the fork's
+#             --quantization fp8; w4f8: the fork with patches 04 + 05) with the tokenizer on, `soarpack bench`
 #             S1 and S8 on the speed set, the server stopped; bench-<v>.json in $OUT
 #   rehearse  `soarpack rehearse-server` on the w4 checkpoint with dense-bf16.toml, a synthetic public-format slice
 #             (public_slice.py) and --max-tokens $REHEARSE_MAX_TOKENS; rehearsal.json in $OUT, whatever its verdict
@@ -52,32 +58,50 @@ stage_ref() {
     PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --out "$OUT/ref-$v.json" --device cuda || return 1
   done
 }
-serve_and_compare() {  # $1: bf16 | w4
-  local v=$1 need=16 flags=(--bf16)
+fork_f8() {  # the fork with patches 04 + 05 (issue 37), made once per machine; prints its python/ folder
+  local out=/tmp/fork-f8/python
+  [ -d $out ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out --patch w4-dispatch \
+    --patch fp8-prefill > "$OUT/patch-w4f8.json" || return 1
+  echo $out
+}
+serve_and_compare() {  # $1: bf16 | w4 | fp8 | w4f8
+  local v=$1 need=16 flags=(--bf16) ckpt=$M/$1 fork=$FORK extra=$SERVE_EXTRA ref=$1
   if [ "$v" = w4 ]; then need=15; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fi
-  server_up "$OUT/server-$v.log" $M/$v $FORK "$SERVE_EXTRA" "${flags[@]}" || return $?
-  PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $M/$v --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} \
+  if [ "$v" = fp8 ]; then need=${NEED_F8:-0}; ckpt=$M/bf16; ref=bf16; extra="$SERVE_EXTRA --quantization fp8"; fi
+  if [ "$v" = w4f8 ]; then
+    need=${NEED_F8:-0}; ckpt=$M/w4; ref=w4; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fork=$(fork_f8) || return 1
+    export SOARPACK_FP8_PREFILL=${F8_COMPARE:-1}  # read by the server's processes at import
+  fi
+  server_up "$OUT/server-$v.log" $ckpt $fork "$extra" "${flags[@]}"; local up=$?
+  [ "$v" != w4f8 ] || unset SOARPACK_FP8_PREFILL
+  [ $up -eq 0 ] || return $up
+  PYTHONPATH=$SITE python3 $GS/compare.py query --ckpt $ckpt --url http://127.0.0.1:$PORT --wait ${WAIT_S:-420} \
     --pid $SERVER_PGID --out "$OUT/served-$v.json"; local rc=$?
   server_down
   head -200 "$OUT/server-$v.log" > "$OUT/server-$v.head.log"
   tail -60 "$OUT/server-$v.log" > "$OUT/server-$v.tail.log"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | sed 's/^/gpu memory after stop: /'
   [ $rc -eq 0 ] || { echo "--- the server's last lines:"; tail -40 "$OUT/server-$v.log"; return $rc; }
+  grep -E "soarpack fp8-prefill|KV Cache is allocated|Load weight end" "$OUT/server-$v.log" | head -5
   # The server is stopped: the reference fed the served tokens (compare.py reference --follow) has the GPU to itself.
-  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --follow "$OUT/served-$v.json" \
+  PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $ckpt --follow "$OUT/served-$v.json" \
     --out "$OUT/followed-$v.json" --device cuda || return 1
-  python3 $GS/compare.py table --ref "$OUT/ref-$v.json" --served "$OUT/served-$v.json" \
+  python3 $GS/compare.py table --ref "$OUT/ref-$ref.json" --served "$OUT/served-$v.json" \
     --followed "$OUT/followed-$v.json" --need $need | tee "$OUT/table-$v.md"
 }
 stage_bf16() { serve_and_compare bf16; }
 stage_w4() { [ -n "$MARLIN_SO" ] || { echo "no Marlin extension (MARLIN_SO)"; return 2; }; serve_and_compare w4; }
+stage_fp8() { serve_and_compare fp8; }
+stage_w4f8() { [ -n "$MARLIN_SO" ] || { echo "no Marlin extension (MARLIN_SO)"; return 2; }; serve_and_compare w4f8; }
 stage_speedset() {
-  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$BENCH_ROWS" --mix 1of16 \
+  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$BENCH_ROWS" --mix "${SPEED_MIX:-1of16}" \
     -o "$OUT/speed.jsonl" --force --json
 }
-serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
-  local v=$1 fork=$FORK ckpt=$M/w4 flags=(--marlin-so "$ROOT/$MARLIN_SO")
+serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full | fp8 | w4f8
+  local v=$1 fork=$FORK ckpt=$M/w4 flags=(--marlin-so "$ROOT/$MARLIN_SO") quant=
   if [ "$v" = bf16 ]; then ckpt=$M/bf16; flags=(--bf16); fi
+  if [ "$v" = fp8 ]; then ckpt=$M/bf16; flags=(--bf16); quant=" --quantization fp8"; fi
+  if [ "$v" = w4f8 ]; then fork=$(fork_f8) || return 1; fi
   if [ "$v" = w4full ]; then
     ckpt=$M/w4full
     [ -f $ckpt/config.json ] || PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $ckpt --recipe w4-full \
@@ -85,7 +109,7 @@ serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
   fi
   if [ "$v" = w4d ]; then fork=$(patched_fork) || return 1; fi
   [ -f "$OUT/speed.jsonl" ] || { echo "no speed set: run the speedset stage first"; return 2; }
-  server_up "$OUT/server-$v.log" $ckpt $fork "$BENCH_EXTRA" "${flags[@]}" || return $?
+  server_up "$OUT/server-$v.log" $ckpt $fork "$BENCH_EXTRA$quant" "${flags[@]}" || return $?
   local rc=0
   server_wait || rc=$?
   if [ $rc -eq 0 ]; then
@@ -94,7 +118,7 @@ serve_and_bench() {  # $1: bf16 | w4 | w4d | w4full
       || rc=$?
   fi
   server_down
-  grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch|gptq_marlin" \
+  grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch|gptq_marlin|fp8-prefill" \
     "$OUT/server-$v.log" | head -20
   [ $rc -eq 0 ] || { echo "--- the server's last lines:"; tail -40 "$OUT/server-$v.log"; }
   return $rc
@@ -103,6 +127,8 @@ stage_bench-bf16() { serve_and_bench bf16; }
 stage_bench-w4() { serve_and_bench w4; }
 stage_bench-w4d() { serve_and_bench w4d; }
 stage_bench-w4full() { serve_and_bench w4full; }
+stage_bench-fp8() { serve_and_bench fp8; }
+stage_bench-w4f8() { serve_and_bench w4f8; }
 stage_rehearse() {
   python3 $GS/launch.py --write-python /tmp/serve-python --fork-src $FORK --site $SITE --marlin-so "$ROOT/$MARLIN_SO" &&
   python3 $GS/public_slice.py --out "$OUT/public-slice.jsonl" || return 1

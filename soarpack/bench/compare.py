@@ -10,6 +10,10 @@ the 95 % interval of its ori (stratified by task, bench.scoring.Gate) reaches th
 Each result records what it measured (its `measured` block: the served model's id and path, the bundle). Files
 joined under one label that measured different servers, models or bundles are still joined (the label is the
 user's word), but the run carries a note saying what differs, and every table shows it.
+
+A run whose results name their bundle (eval/bench --bundle) also carries the risks this soarpack's evidence gives
+its built-in profile and recipe (soarpack.bundle.risks: the FP8 profiles' unmeasured accuracy, a recipe measured
+below the gate), printed under the table.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ class Run:
     durations: Dict[str, float] = field(default_factory=dict)
     scores: Dict[str, float] = field(default_factory=dict)
     final: Optional[float] = None
+    profile: Optional[str] = None  # the bundle's profile and recipe, when the results name their bundle
+    recipe: Optional[str] = None
+    risks: List[str] = field(default_factory=list)  # soarpack.bundle.risks lines for that profile and recipe
     measured: Dict[str, dict] = field(default_factory=dict, repr=False)  # file -> what it measured (provenance)
     notes: List[str] = field(default_factory=list)  # files that measured different things, capped tiers
 
@@ -131,10 +138,15 @@ def load_runs(paths: Sequence[Path]) -> List[Run]:
                 raise InputDataError(f"run {run.name!r} has tier(s) {sorted(set(durations) & set(run.durations))} twice "
                                      f"({run.files} and {path})", "give each run its own --label")
             run.durations.update(durations)
+        measured = data.get("measured") if isinstance(data.get("measured"), dict) else {}
+        bundle = measured.get("bundle") if isinstance(measured.get("bundle"), dict) else {}
+        run.profile = run.profile or bundle.get("profile")
+        run.recipe = run.recipe or bundle.get("recipe")
         run.files.append(str(path))
         run.measured[str(path)] = provenance(data)
     for run in runs.values():
         run.notes += join_notes(run)
+        run.risks = evidence_risks(run.profile, run.recipe)
     return list(runs.values())
 
 
@@ -144,6 +156,17 @@ def per_task_accuracies(data: dict, path: Path) -> Dict[str, float]:
         raise InputDataError(f"{path}: per_task is not a table of tasks", DAMAGED.format(what="eval"))
     return {str(task): checked_number(b.get("accuracy"), f"{path}: per_task {task} accuracy", 0.0, 100.0,
                                       DAMAGED.format(what="eval")) for task, b in per_task.items()}
+
+
+def evidence_risks(profile: Optional[str], recipe: Optional[str]) -> List[str]:
+    """The risk lines this soarpack's evidence gives a built-in profile and recipe (none for other names)."""
+    if not profile and not recipe:
+        return []
+    from soarpack.bundle.risks import _builtin_evidence, risks_of
+
+    recipe_ev = _builtin_evidence("recipe", recipe) if recipe else []
+    profile_ev = _builtin_evidence("profile", profile) if profile else []
+    return [r.line() for r in risks_of(str(recipe), recipe_ev, str(profile), profile_ev, None)]
 
 
 def eval_gate(data: dict, path: Any = "the eval result") -> Gate:
@@ -218,11 +241,12 @@ def render(runs: List[Run], fmt: str, best: Dict[str, float]) -> str:
         csv.writer(out, lineterminator="\n").writerows(rows)
         return out.getvalue().rstrip("\n")
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    risks = [f"{r.name}: {line}" for r in runs for line in r.risks]
     notes = [f"note: {n}" for r in runs for n in r.notes]
     if fmt == "md":
         lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
         lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-        return "\n".join(lines + ([""] + notes if notes else []))
+        return "\n".join(lines + ([""] + [f"- {line}" for line in risks] if risks else []) + ([""] + notes if notes else []))
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
-    return "\n".join(lines + notes)
+    return "\n".join(lines + risks + notes)

@@ -332,8 +332,17 @@ def build_bundle(
             warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
         on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}"))
         _copy_sources(stage)
-        calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
-        on_event(Event("info", "build", calibration_line(calib_origin)))
+        if rec.quantizes:
+            calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
+            on_event(Event("info", "build", calibration_line(calib_origin)))
+        else:  # nothing to calibrate: prepare_model.sh copies the original checkpoint
+            if calib or rows is not None:
+                raise ConfigError(f"recipe {rec.name} quantizes nothing (method = \"none\"): "
+                                  f"{'--calib' if calib else '--rows'} has no use",
+                                  "leave it out, or pick a GPTQ recipe")
+            calib_names, held_out_names, calib_origin = [], [], None
+            on_event(Event("info", "build", f"no calibration: recipe {rec.name} quantizes nothing; prepare_model.sh "
+                                            "copies the original checkpoint"))
         sglang = _sglang(stage, sglang_src, prof.patches)
         warnings += sglang.pop("dropped_links", [])
         fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
@@ -356,16 +365,16 @@ def build_bundle(
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
             "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
                          "held_out": held_out_names, "extra_args": quantize_extra_args(rows),
-                         "calibration": calib_origin},
+                         "calibration": calib_origin, **({} if rec.quantizes else {"method": "none"})},
             "evidence": evidence_record(rec, prof),
             "sglang": sglang,
             "wheels": {"source": wheel_source, "files": wheel_names},
         }
         # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
         atomic_write_text(stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
-        scan_tree(stage)
         manifest = render_manifest(stage, meta)
         atomic_write_json(stage / MANIFEST_NAME, manifest.as_json())
+        scan_tree(stage)  # the finished tree, MANIFEST.json included: what check scans in the upload
         if out is None:
             out_path = default_output(prof.name, rec.name, manifest.id)
             ensure_writable_output(out_path, what="-o", inputs=inputs)

@@ -68,6 +68,9 @@ class CalibrationRecord(StrictModel):
 class QuantizeEntry(StrictModel):
     recipe: str  # a built-in recipe name, or the bundle's recipe.toml
     recipe_name: str
+    # "none": the recipe quantizes nothing and prepare_model.sh copies the original (written only then; absent means
+    # "gptq", as in every bundle before it)
+    method: Literal["gptq", "none"] = "gptq"
     calib: List[str]
     held_out: List[str] = []  # absent in bundles written before held-out files
     extra_args: List[str] = []

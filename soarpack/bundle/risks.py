@@ -129,8 +129,11 @@ def manifest_risks(manifest: Dict[str, Any]) -> List[Risk]:
         evidence = manifest.get("evidence") or {}
         recipe_evidence, profile_evidence = _evidence(evidence.get("recipe")), _evidence(evidence.get("profile"))
     else:
+        from soarpack.recipe.profile import recorded_profile
+
         recipe_evidence = _builtin_evidence("recipe", str(quant.get("recipe")))  # "recipe.toml" is a user file
-        profile_evidence = _builtin_evidence("profile", profile)
+        # a bundle built before a profile's rename names it by its old name ("fp8" for today's "fp8-kv")
+        profile_evidence = _builtin_evidence("profile", recorded_profile(profile, (manifest.get("profile") or {}).get("args")))
     calibration = quant.get("calibration")
     if calibration is None and quant.get("calib") == ["calib/builtin.jsonl"]:
         calibration = {"builtin": True}

@@ -1,7 +1,10 @@
 """Refuse to ship anything that looks like a credential: the bundle is uploaded to a third party.
 
-One scanner sees every member of the bundle: every byte of every file (in overlapping blocks, whatever its size
-or suffix), and every member of an archive (wheels, zips: `.pth`, METADATA, RECORD included), by name and content.
+One scanner sees every member of the bundle: every name (a token in a file's name is refused as in its content),
+every byte of every file (in overlapping blocks, whatever its size or suffix), and every member of what is
+compressed or archived, judged by its first bytes (gzip, bzip2, xz, zip and wheels, tar: a `.gz`, a `.tar.gz` in
+the tree or in a wheel), by name and content, nested up to MAX_NESTING deep; what expands past a ratio or a budget
+(a compression bomb) is refused, not unpacked. UTF-16 and UTF-32 text (with or without a BOM) is read as text.
 Each block is searched three ways:
 - the raw bytes, with token patterns whose left edge also holds after a backslash escape (`\\n`, `\\t`, `\\u00e9`):
   in JSON a newline is the two characters `\\n`, so a token that starts a line follows the letter `n`;
@@ -9,7 +12,8 @@ Each block is searched three ways:
   written with `\\uXXXX` escapes or an `aws_secret_access_key` behind escaped quotes is seen as it reads;
 - base64 runs, decoded: a PEM private key, an OpenSSH or DER private key, or a token, encoded, is caught.
 The one exception is a wheel whose sha256 is pinned in the platform lock: it is the published artifact, and
-third-party test fixtures inside it are not ours.
+third-party test fixtures inside it are not ours. `build` and `check` decide with the same function, scan_tree, on
+the same tree (build's once MANIFEST.json is written), so build refuses exactly what check would.
 
 The rules are hand-written, not a maintained rule set such as detect-secrets: the scan must run in `soarpack check`
 with no extra installed, over binary files and archive members (detect-secrets reads text lines), and its keyword
@@ -96,8 +100,6 @@ OPENSSH_MAGIC = b"openssh-key-v1\0"
 BLOCK_BYTES = 1 << 20
 # Longer than any match the patterns need, so a secret cut by a block edge is whole in the next block.
 OVERLAP_BYTES = 4096
-ARCHIVE_SUFFIXES = (".whl", ".zip")
-MAX_ARCHIVE_DEPTH = 3
 ZIP_MAGIC = b"PK\x03\x04"
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 # A JSON document up to this size is decoded whole; a larger one line by line (JSONL).
@@ -109,7 +111,7 @@ class CredentialError(SoarpackError):
 
 
 def _refuse(name: str, problem: str) -> CredentialError:
-    return CredentialError(f"refusing to bundle {name}: it {problem}",
+    return CredentialError(f"refusing to bundle {redacted(name)}: it {problem}",
                            "remove the file (or the secret from it) from the inputs and build again")
 
 
@@ -170,16 +172,30 @@ def find_secret(data: bytes, *, decode_base64: bool = True) -> Optional[str]:
 
 
 def find_secret_in_stream(fh: BinaryIO) -> Optional[str]:
-    """find_secret over a whole stream of any size, in blocks that overlap by OVERLAP_BYTES."""
+    """find_secret over a whole stream of any size, in blocks that overlap by OVERLAP_BYTES. A block dense in NUL
+    bytes is also read every 2nd and every 4th byte (each alignment): ASCII written as UTF-16 or UTF-32 without a
+    BOM, or inside a binary, is seen as it reads."""
     tail = b""
     while True:
         block = fh.read(BLOCK_BYTES)
         if not block:
             return None
-        what = find_secret(tail + block)
+        data = tail + block
+        what = find_secret(data) or _find_in_wide_text(data)
         if what:
             return what
-        tail = (tail + block)[-OVERLAP_BYTES:]
+        tail = data[-OVERLAP_BYTES:]
+
+
+def _find_in_wide_text(data: bytes) -> Optional[str]:
+    if data.count(0) * 8 < len(data):
+        return None
+    for stride in (2, 4):
+        for offset in range(stride):
+            what = find_secret(data[offset::stride], decode_base64=False)
+            if what:
+                return f"{what} (in {8 * stride}-bit text)"
+    return None
 
 
 def _strings(doc) -> Iterable[str]:
@@ -243,23 +259,227 @@ def _is_json_like(name: str, first: bytes) -> bool:
     return name.lower().endswith(JSON_SUFFIXES) or first.lstrip()[:1] in (b"{", b"[")
 
 
-def _scan_content(open_fh, name: str, display: str) -> None:
-    """Raw bytes, then (JSON content) decoded strings, of one file or member; `open_fh()` opens it afresh."""
+# -- text encodings other than UTF-8 ---------------------------------------------------------------------------------
+
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
+         (b"\xfe\xff", "utf-16-be"))
+
+
+def text_encoding(head: bytes) -> Optional[str]:
+    """UTF-16 or UTF-32 (LE/BE) when `head` (a file's first bytes) is text in one, by its BOM or, without one, by
+    where its NUL bytes fall (ASCII in UTF-16 LE is `x\\0x\\0...`); None for anything else (UTF-8 included)."""
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding
+    sample = head[: len(head) - len(head) % 4]
+    if len(sample) < 8:
+        return None
+
+    def zeros(stride: int, offset: int) -> float:
+        part = sample[offset::stride]
+        return part.count(0) / len(part)
+
+    if min(zeros(4, 1), zeros(4, 2), zeros(4, 3)) > 0.9 and zeros(4, 0) < 0.5:
+        return "utf-32-le"
+    if min(zeros(4, 0), zeros(4, 1), zeros(4, 2)) > 0.9 and zeros(4, 3) < 0.5:
+        return "utf-32-be"
+    if zeros(2, 1) > 0.7 and zeros(2, 0) < 0.3:
+        return "utf-16-le"
+    if zeros(2, 0) > 0.7 and zeros(2, 1) < 0.3:
+        return "utf-16-be"
+    return None
+
+
+class _Transcoded(io.RawIOBase):
+    """A binary stream of UTF-16/32 text read back as UTF-8, block by block (undecodable units replaced)."""
+
+    def __init__(self, fh: BinaryIO, encoding: str):
+        import codecs
+
+        self._fh, self._decoder, self._pending = fh, codecs.getincrementaldecoder(encoding)(errors="replace"), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._pending) < size:
+            raw = self._fh.read(BLOCK_BYTES)
+            text = self._decoder.decode(raw, final=not raw)
+            self._pending += text.encode("utf-8", "surrogatepass")
+            if not raw:
+                break
+        if size < 0:
+            out, self._pending = self._pending, b""
+        else:
+            out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+
+# -- compressed and archived content ---------------------------------------------------------------------------------
+
+# What is looked inside, judged by the first bytes, whatever the name: a `.gz`, a `.tar.gz`, a wheel, a zip, a tar.
+GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd"
+MAX_NESTING = 6  # containers inside containers (a wheel > a .tar.gz > its tar > a member is 3)
+# Decompressed bytes one file of the tree may expand to, all its nested members together: beyond it the file is
+# refused (it cannot be scanned whole). A compression bomb is stopped early by the ratio: past MIN_EXPANDED_BYTES,
+# no container may expand to more than MAX_RATIO times its own size (text compresses about 5-10x).
+MAX_EXPANDED_BYTES = 1 << 30
+MIN_EXPANDED_BYTES = 64 << 20
+MAX_RATIO = 100
+SPOOL_IN_MEMORY = 8 << 20
+
+
+def _container(head: bytes) -> Optional[str]:
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(BZIP2_MAGIC) and head[3:4].isdigit():
+        return "bzip2"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    if head.startswith(ZIP_MAGIC):
+        return "zip"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    return None
+
+
+class _Budget:
+    """The decompressed bytes left to one file of the tree."""
+
+    def __init__(self, display: str):
+        self.display, self.left = display, MAX_EXPANDED_BYTES
+
+
+def _spool(src: BinaryIO, budget: _Budget, limit: int, what: str):
+    """`src` copied into a seekable temporary file (memory, then disk), within the budget and `limit`."""
+    import tempfile
+
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
+    copied = 0
+    while True:
+        chunk = src.read(BLOCK_BYTES)
+        if not chunk:
+            break
+        copied += len(chunk)
+        budget.left -= len(chunk)
+        if copied > limit or budget.left < 0:
+            out.close()
+            raise CredentialError(
+                f"refusing to bundle {budget.display}: {what} expands past "
+                f"{min(limit, MAX_EXPANDED_BYTES) // 2**20} MiB (a compression bomb?), so it cannot be checked for "
+                "credentials", "ship it uncompressed, or leave it out")
+        out.write(chunk)
+    out.seek(0)
+    return out
+
+
+def _expand_limit(packed: int) -> int:
+    return max(MIN_EXPANDED_BYTES, MAX_RATIO * packed)
+
+
+def _scan_content(open_fh, name: str, display: str, depth: int = 0, budget: Optional[_Budget] = None,
+                  size: Optional[int] = None) -> None:
+    """One file or member: a compressed file's or an archive's members first (by name and content: their names say
+    more), then its raw bytes, then (UTF-16/32 text) the same read as UTF-8, then (JSON content) its decoded
+    strings; `open_fh()` opens it afresh for each pass."""
+    budget = budget or _Budget(display)
+    with open_fh() as fh:
+        head = fh.read(4096)
+    kind = _container(head)
+    if kind is not None:
+        _scan_container(open_fh, kind, name, display, depth, budget, size)
     with open_fh() as fh:
         what = find_secret_in_stream(fh)
     if what:
         raise _refuse(display, f"contains what looks like {what}")
-    with open_fh() as fh:
-        json_like = _is_json_like(name, fh.read(256))
-    if json_like:
+    encoding = None if kind is not None else text_encoding(head)
+    if encoding:
         with open_fh() as fh:
-            what = find_secret_in_json(fh)
+            what = find_secret_in_stream(_Transcoded(fh, encoding))
+        if what:
+            raise _refuse(display, f"contains what looks like {what} (in {encoding.upper()} text)")
+        with open_fh() as fh:
+            head = _Transcoded(fh, encoding).read(256)
+    if kind is None and _is_json_like(name, head[:256]):
+        with open_fh() as fh:
+            what = find_secret_in_json(_Transcoded(fh, encoding) if encoding else fh)
         if what:
             raise _refuse(display, f"contains what looks like {what} in a JSON string")
 
 
+def _scan_container(open_fh, kind: str, name: str, display: str, depth: int, budget: _Budget,
+                    size: Optional[int]) -> None:
+    if depth >= MAX_NESTING:
+        raise CredentialError(f"refusing to bundle {redacted(budget.display)}: {redacted(display)} is nested {depth} "
+                              "archives or compressions deep, too deep to check for credentials", "ship it less nested")
+    if kind == "zstd":
+        raise CredentialError(f"refusing to bundle {redacted(budget.display)}: {redacted(display)} is zstd-compressed, "
+                              "which soarpack cannot open to check for credentials",
+                              "ship it uncompressed or gzip-compressed")
+    if size is None:
+        with open_fh() as fh:
+            size = fh.seek(0, io.SEEK_END)
+    try:
+        if kind in ("gzip", "bzip2", "xz"):
+            import bz2
+            import gzip
+            import lzma
+
+            opener = {"gzip": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"), "bzip2": bz2.BZ2File,
+                      "xz": lzma.LZMAFile}[kind]
+            base = name.rsplit("/", 1)[-1]
+            inner = re.sub(r"\.(gz|tgz|bz2|xz|txz)$", lambda m: ".tar" if m.group(1) in ("tgz", "txz") else "", base)
+            inner = inner if inner != base else f"{base} ({kind}-decompressed)"
+            where = f"{display}!{inner}"
+            with open_fh() as fh, opener(fh) as unpacked, _spool(unpacked, budget, _expand_limit(size), where) as spooled:
+                _scan_member(spooled, inner, where, depth + 1, budget)
+        elif kind == "zip":
+            with open_fh() as fh, zipfile.ZipFile(fh) as zf:
+                _scan_archive(zf, display, depth + 1, budget)
+        elif kind == "tar":
+            import tarfile
+
+            with open_fh() as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
+                for member in tar:
+                    where = f"{display}!{member.name}"
+                    problem = name_problem(member.name)
+                    if problem:
+                        raise _refuse(where, problem)
+                    if member.isreg():
+                        with tar.extractfile(member) as src, _spool(src, budget, _expand_limit(size), where) as spooled:
+                            _scan_member(spooled, member.name, where, depth + 1, budget)
+    except CredentialError:
+        raise
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, *_archive_errors()) as exc:
+        raise CredentialError(f"cannot open the archive {redacted(display)} ({kind}) to scan it for credentials ({exc})",
+                              "ship only archives and compressed files that open cleanly") from None
+
+
+def _archive_errors() -> tuple:
+    import lzma
+    import tarfile
+    import zlib
+
+    return (tarfile.TarError, lzma.LZMAError, zlib.error)
+
+
+def _scan_member(spooled, name: str, display: str, depth: int, budget: _Budget) -> None:
+    """_scan_content over a spooled (seekable) member: each pass reads it again from its start."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def rewound():
+        spooled.seek(0)
+        yield spooled
+
+    size = spooled.seek(0, io.SEEK_END)
+    _scan_content(rewound, name, display, depth, budget, size)
+
+
 def name_problem(rel: str | Path) -> Optional[str]:
-    """Why a path's name alone marks it as a credential, or None."""
+    """Why a path's name alone marks it as a credential, or None: a credential's file name, or a token in it."""
     parts = Path(rel).parts
     for i, part in enumerate(parts):
         for name in {part, _PACKED_PREFIX.sub("", part)}:
@@ -269,7 +489,20 @@ def name_problem(rel: str | Path) -> Optional[str]:
                 return "has a key/certificate file extension"
             if i > 0 and name in FORBIDDEN_IN_FOLDER.get(parts[i - 1], ()):
                 return f"is a {parts[i - 1]} login token file"
+    what = find_secret(str(rel).encode("utf-8", "surrogateescape"))
+    if what:
+        return f"has a name that holds what looks like {what}"
     return None
+
+
+def redacted(rel: str) -> str:
+    """A path with every token-looking run in it cut to its first characters: a refusal must not print the secret."""
+    out = str(rel)
+    for _, pattern in SECRET_PATTERNS:
+        regex = pattern.pattern if isinstance(pattern, _Token) else pattern
+        out = regex.sub(lambda m: m.group()[:6] + b"...(redacted)", out.encode("utf-8", "surrogateescape")
+                        ).decode("utf-8", "surrogateescape")
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -286,7 +519,8 @@ def _is_locked_wheel(path: Path) -> bool:
     return path.name.endswith(".whl") and sha256_file(path) in locked_wheel_digests()
 
 
-def _scan_archive(zf: zipfile.ZipFile, display: str, depth: int) -> None:
+def _scan_archive(zf: zipfile.ZipFile, display: str, depth: int, budget: Optional[_Budget] = None) -> None:
+    budget = budget or _Budget(display)
     for info in zf.infolist():
         member = f"{display}!{info.filename}"
         problem = name_problem(info.filename)
@@ -294,10 +528,8 @@ def _scan_archive(zf: zipfile.ZipFile, display: str, depth: int) -> None:
             raise _refuse(member, problem)
         if info.is_dir():
             continue
-        _scan_content(lambda: zf.open(info), info.filename, member)
-        if depth < MAX_ARCHIVE_DEPTH and info.filename.endswith(ARCHIVE_SUFFIXES):
-            with zf.open(info) as fh, zipfile.ZipFile(fh) as inner:
-                _scan_archive(inner, member, depth + 1)
+        with zf.open(info) as src, _spool(src, budget, _expand_limit(info.compress_size), member) as spooled:
+            _scan_member(spooled, info.filename, member, depth, budget)
 
 
 def scan_file(path: str | Path, display: Optional[str] = None) -> None:
@@ -309,15 +541,6 @@ def scan_file(path: str | Path, display: Optional[str] = None) -> None:
         raise _refuse(display, problem)
     if path.is_symlink() or not path.is_file() or _is_locked_wheel(path):
         return
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if path.name.endswith(ARCHIVE_SUFFIXES) or magic == ZIP_MAGIC:  # members first: their names say more
-        try:
-            with zipfile.ZipFile(path) as zf:
-                _scan_archive(zf, display, 1)
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise CredentialError(f"cannot open the archive {display} to scan it ({exc})",
-                                  "ship only archives that unzip cleanly") from None
     _scan_content(lambda: open(path, "rb"), path.name, display)
 
 
@@ -333,12 +556,17 @@ def check_input_names(paths: Iterable[str | Path]) -> None:
 
 
 def scan_tree(root: str | Path) -> None:
-    """Raise CredentialError naming the first file (sorted order) that looks like a credential."""
+    """Raise CredentialError naming the first file (sorted order) that looks like a credential.
+
+    The one decision on a bundle tree: `build` calls it on the finished tree (MANIFEST.json written) and `check` on
+    the extracted upload, so build refuses exactly what check would."""
     root = Path(root)
-    for path in sorted(root.rglob("*"), key=lambda p: p.as_posix()):
+    paths = sorted(root.rglob("*"), key=lambda p: p.as_posix())
+    for path in paths:  # names first: MANIFEST.json repeats every name, and the file itself is the one to name
         rel = path.relative_to(root).as_posix()
         problem = name_problem(rel)
         if problem:
             raise _refuse(rel, problem)
+    for path in paths:
         if path.is_file():
-            scan_file(path, rel)
+            scan_file(path, path.relative_to(root).as_posix())

@@ -1,8 +1,11 @@
 """`soarpack inspect --steps`: what the platform will run with a bundle, in order, read from the bundle itself.
 
 Nothing is extracted or executed. The entry scripts, bundle.env and MANIFEST.json are read from the tarball:
-- prepare_env.sh (sourced): the variables it exports, their values resolved through the script's own simple
-  assignments and bundle.env (a value the script computes at run time stays as the script writes it), and its log;
+- prepare_env.sh (sourced): the variables it exports, read as bash reads the script but never run
+  (soarpack.bundle.shell_exports: quoting, here-documents, several assignments on a line, declare -x, bundle.env
+  read in place), their values resolved where the script and bundle.env allow (a value the script computes at run
+  time stays as the script writes it); the lines no reader can be sure of (eval, set -a, sourcing another file, ...)
+  listed as lines it could not read; and its log;
 - prepare_model.sh: the command it runs and its log; preprocess_model.py's phases, the `soarpack quantize` line it
   builds from MANIFEST.json (the same rule as its quantize_command: tests hold the two equal) and the logs it names;
 - the server: the platform's launch line (soarpack.serve.server.launch_command) with the bundle's server args;
@@ -24,14 +27,13 @@ from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, manifest_json
 from soarpack.bundle.summary import _read_member  # the same member rules and size cap as `inspect`
 from soarpack.errors import SoarpackError
+from soarpack.printable import printable
 
 BUNDLE, ORIGINAL, QUANTIZED = "BUNDLE", "ORIGINAL", "QUANTIZED"
 WANTED = (MANIFEST_NAME, layout.BUNDLE_ENV, layout.PREPARE_ENV, layout.PREPARE_MODEL, layout.PREPROCESS)
 PLATFORM_ARGS = "(the platform's SGLANG_SERVER_ARGS, kept; by default: {})"
 
 _ASSIGN = re.compile(r"^\s*(?:local\s+|export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s;|&]*)\s*$")
-_EXPORT = re.compile(r"(?:^|[\s;&|])export\s+([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s;|&]*)")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LOG_PATH = re.compile(r"logs/[\w.-]+\.log")  # in a value the script assigns: the log it writes
 _PY_LOG = re.compile(r"\"logs\"\s*/\s*\"([\w.-]+\.log)\"")
 _PHASE = re.compile(r"run_phase\(\"(\w+)\"")
@@ -70,39 +72,19 @@ def parse_bundle_env(text: str) -> Dict[str, str]:
     return values
 
 
-def _unquote(raw: str) -> str:
-    return raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'" else raw
+def script_exports(script: str, known: Dict[str, str], bundle_env: str = "") -> Dict[str, List[str]]:
+    """{NAME: [value, ...]} of what sourcing the script exports (read_exports: several values when it exports a
+    name on several paths); `bundle_env`: the text its `. "$dir/bundle.env"` reads."""
+    return _read(script, known, bundle_env).values
 
 
-def _expand(raw: str, known: Dict[str, str]) -> str:
-    value = _unquote(raw)
-    if raw.startswith("'"):
-        return value
-    for _ in range(5):
-        new = _VAR.sub(lambda m: known.get(m.group(1) or m.group(2), m.group(0)), value)
-        if new == value:
-            break
-        value = new
-    return value
+def _read(script: str, known: Dict[str, str], bundle_env: str):
+    from soarpack.bundle.shell_exports import read_exports
 
+    def sourced(path: str):
+        return bundle_env if path.endswith("/" + layout.BUNDLE_ENV) else None
 
-def script_exports(script: str, known: Dict[str, str]) -> Dict[str, List[str]]:
-    """{NAME: [value, ...]} of every `export NAME=...` in a script, in order, values resolved where the script's
-    simple assignments (and `known`) allow; several values when it exports a name on several paths."""
-    scope = dict(known)
-    exports: Dict[str, List[str]] = {}
-    for line in script.splitlines():
-        code = line.split(" #", 1)[0]
-        match = _EXPORT.search(code)
-        if match:
-            name, value = match.group(1), _expand(match.group(2), scope)
-            if value not in exports.setdefault(name, []):
-                exports[name].append(value)
-            continue
-        match = _ASSIGN.match(code)
-        if match and match.group(1) not in known and "$(" not in match.group(2):
-            scope[match.group(1)] = _expand(match.group(2), scope)
-    return exports
+    return read_exports(script, known, sourced=sourced)
 
 
 def script_logs(script: str) -> List[str]:
@@ -142,16 +124,23 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
     from soarpack.serve.server import PLATFORM_DEFAULT_ARGS
 
     known = {"dir": BUNDLE, "SGLANG_SERVER_ARGS": PLATFORM_ARGS.format(PLATFORM_DEFAULT_ARGS),
-             "SOARPACK_IMAGE_PYTHON": "(the image's python)", **env}
-    exports = script_exports(files[layout.PREPARE_ENV], known)
+             "SOARPACK_IMAGE_PYTHON": "(the image's python)"}
+    read = _read(files[layout.PREPARE_ENV], known, files[layout.BUNDLE_ENV])
+    exports = read.values
     server_args = env.get("SOARPACK_BUNDLE_SERVER_ARGS", "")
     fallback = env.get("SOARPACK_BUNDLE_FALLBACK_ARGS", "")
     if "SGLANG_SERVER_ARGS" in exports:
         exports["SGLANG_SERVER_ARGS"] = [v + (" (fallback: when the SGLang patches do not install)"
                                               if v == fallback and fallback != server_args else "")
                                          for v in exports["SGLANG_SERVER_ARGS"]]
-    phases = _PHASE.findall(files[layout.PREPROCESS])
+    phases = list(dict.fromkeys(_PHASE.findall(files[layout.PREPROCESS])))  # one run per phase, in code order
     runs = []
+    if (manifest.get("quantize") or {}).get("method") == "none":  # a recipe that quantizes nothing: a copy
+        phases = []
+        runs = [{"phase": "copy", "command": f"(preprocess_model.py) {QUANTIZED} becomes {ORIGINAL}, file for file: "
+                                             "hard links where the filesystem allows, else copies", "logs": []},
+                {"phase": "verify", "command": f"$SOARPACK_PYTHON -m soarpack verify {QUANTIZED} --original {ORIGINAL}",
+                 "logs": []}]
     for phase in phases:
         if phase == "quantize":
             runs.append({"phase": phase, "command": " ".join(quantize_line(manifest)),
@@ -167,7 +156,8 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
         "steps": [
             {"name": "prepare_env.sh", "command": f"source {BUNDLE}/{layout.PREPARE_ENV}",
              "note": "sourced by the platform's shell: its exports stay for the next steps",
-             "exports": exports, "logs": script_logs(files[layout.PREPARE_ENV])},
+             "exports": exports, "unread": [{"line": u.line, "text": u.text, "why": u.why} for u in read.unread],
+             "logs": script_logs(files[layout.PREPARE_ENV])},
             {"name": "prepare_model.sh", "command": f"bash {BUNDLE}/{layout.PREPARE_MODEL} --input {ORIGINAL} --output {QUANTIZED}",
              "note": f"runs $SOARPACK_PYTHON {BUNDLE}/{layout.PREPROCESS} --input {ORIGINAL} --output {QUANTIZED}",
              "runs": runs, "logs": script_logs(files[layout.PREPARE_MODEL])},
@@ -195,12 +185,14 @@ def render_steps(view: Dict[str, Any]) -> List[str]:
         for name, values in (step.get("exports") or {}).items():
             lines.append(f"   export {name}={values[0]}")
             lines += [f"   {' ' * (len(name) + 7)}or {v}" for v in values[1:]]
+        for u in step.get("unread") or []:
+            lines.append(f"   could not read line {u['line']}: {u['text']}  ({u['why']}; what it exports is not shown)")
         for run in step.get("runs") or []:
             lines.append(f"   {run['phase']}: {run['command']}")
             lines += [f"     log: {log}" for log in run["logs"]]
         for log in step.get("logs") or []:
             lines.append(f"   log: {log}")
-    return lines
+    return [printable(line) for line in lines]  # the values and names come from the bundle: outside text
 
 
 __all__ = ["platform_steps", "render_steps", "quantize_line", "script_exports", "script_logs", "parse_bundle_env"]

@@ -146,7 +146,7 @@ def inspect_cmd(
 def _print_risks(risks, echo=typer.echo) -> None:
     """One line per risk, with its evidence (build, check and inspect print them alike)."""
     for risk in risks:
-        echo(risk.line())
+        echo(printable(risk.line()))  # a risk quotes file names from the bundle
     if not risks:
         echo("risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)")
 

@@ -27,18 +27,20 @@ app.add_typer(cache_app, name="cache")
 
 
 def _root_line() -> str:
+    from soarpack.cache import root_problem
     from soarpack.imagestack import cache_root
+    from soarpack.printable import printable
 
     how = "$SOARPACK_CACHE" if os.environ.get("SOARPACK_CACHE") else \
         "$XDG_CACHE_HOME/soarpack" if os.environ.get("XDG_CACHE_HOME") else "the default, ~/.cache/soarpack"
-    return f"cache: {cache_root()} ({how})"
+    problem = root_problem()
+    return f"cache: {printable(cache_root())} ({how})" + (f"\n  {printable(problem)}: clear refuses it" if problem else "")
 
 
 def _rows(entries) -> List[str]:
-    from soarpack.cache import human
+    from soarpack.cache import listing_lines
 
-    return [f"  {human(e.bytes):>9}  {e.name}" + (f"  [{e.note}]" if e.note else "") + f"  {e.what}"
-            + "".join(f"\n             held by {h}" for h in e.holders) for e in entries]
+    return listing_lines(entries)
 
 
 @subcommand(cache_app, "list")
@@ -76,7 +78,10 @@ def clear_cmd(
     elsewhere (a script, CI, --format json) it deletes nothing and says so:
     the image stand-in takes minutes and about 4 GB of downloads to rebuild.
     It refuses, deleting nothing, while a running build or check uses an
-    entry, and names the process.
+    entry, and names the process. Only entries that hold soarpack's marker
+    (written when soarpack made them) are deleted: anything else under the
+    cache folder is left, with the command that removes it by hand (exit 1),
+    and a cache folder that is /, your home or a parent of either is refused.
 
     \b
       stale  image stand-ins this soarpack no longer uses (older pins), and
@@ -88,9 +93,10 @@ def clear_cmd(
       soarpack cache clear stale
       soarpack cache clear image-stack --yes
     """
-    from soarpack.cache import clear, entries, human, select
+    from soarpack.cache import clear, entries, human, kept_lines, refuse_unsafe_root, select
 
     out = sink(as_json)
+    refuse_unsafe_root()  # before anything under it is even listed
     chosen = select(entries(), what or [])
     total = sum(e.bytes for e in chosen)
     data = {"entries": [e.to_dict() for e in chosen], "bytes": total}
@@ -105,6 +111,11 @@ def clear_cmd(
         if not typer.confirm(f"delete these {len(chosen)} ({human(total)})?", default=False, err=True):
             return out.result({**data, "deleted": False, "dry_run": False}, "nothing deleted")
         listing = None
-    clear(chosen)
-    done = f"deleted {len(chosen)} cache entr{'y' if len(chosen) == 1 else 'ies'}, {human(total)} freed"
-    out.result({**data, "deleted": True, "dry_run": False}, done if listing is None else f"{listing}\n{done}")
+    cleared = clear(chosen)
+    freed = sum(e.bytes for e in cleared.deleted)
+    done = "\n".join([f"deleted {len(cleared.deleted)} cache entr{'y' if len(cleared.deleted) == 1 else 'ies'}, "
+                      f"{human(freed)} freed", *kept_lines(cleared.kept)])
+    out.result({**data, "deleted": bool(cleared.deleted), "dry_run": False,
+                "kept": [e.to_dict() for e in cleared.kept]}, done if listing is None else f"{listing}\n{done}")
+    if cleared.kept:
+        raise typer.Exit(1)

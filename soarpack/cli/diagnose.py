@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,61 +10,13 @@ import typer
 
 from soarpack.cli import command
 from soarpack.cli.output import sink
-
-WIDTH = 100
-
-
-def _wrapped(label: str, text: str, indent: str = "    ") -> List[str]:
-    first = f"{indent}{label}"
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent + " " * len(label),
-                         break_long_words=False, break_on_hyphens=False) or [first]
-
+from soarpack.printable import printable
 
 def render(diagnosis) -> List[str]:
-    """The human report: per input, its known failures (cause, fix, source), or the lines worth reading."""
-    from soarpack.diagnose import UNVERIFIED_NOTE
+    """The human report (soarpack.diagnose.report): its lines are already printable."""
+    from soarpack.diagnose.report import render as report_lines
 
-    lines: List[str] = []
-    by_path = {}
-    for f in diagnosis.findings:
-        by_path.setdefault(f.path, []).append(f)
-    excerpts = {x.path: x for x in diagnosis.excerpts}
-    for inp in diagnosis.inputs:
-        path = str(inp.path)
-        found, x = by_path.get(path, []), excerpts.get(path)
-        if not found and x is None:
-            continue
-        lines.append(f"{path}  [{inp.kind}]")
-        for f in found:
-            e = diagnosis.entry(f)
-            lines.append(f"  {e.severity.upper()} {e.id}: {e.title}")
-            lines.append(f"    {f.where}: {f.quote}" + (f"  ({f.count} matches)" if f.count > 1 else ""))
-            shown = {k: v for k, v in f.detail.items() if k not in ("rows",)}
-            if shown:
-                lines.append("    found: " + ", ".join(f"{k} {json.dumps(v) if not isinstance(v, str) else v}"
-                                                      for k, v in shown.items()))
-            if e.unverified:
-                lines.append(f"    UNVERIFIED: {UNVERIFIED_NOTE.split(': ', 1)[1]}")
-            lines += _wrapped("cause: ", e.cause)
-            lines += _wrapped("fix:   ", e.fix)
-            for s in e.sources:
-                lines.append(f"    source: {s.describe()}")
-        if x is not None:
-            lines.append("  no known failure explains it; the lines worth reading:")
-            if x.first_error:
-                lines.append(f"    first error: {x.first_error}")
-            if x.last_traceback:
-                lines.append("    last traceback:")
-                lines += [f"      {line}" for line in x.last_traceback]
-    n_files = len(diagnosis.inputs)
-    if diagnosis.findings:
-        ids = sorted({f.entry_id for f in diagnosis.findings})
-        lines.append(f"{len(diagnosis.findings)} known failure(s) in {n_files} file(s): {', '.join(ids)}")
-    elif diagnosis.excerpts:
-        lines.append(f"no known failure in {n_files} file(s); {len(diagnosis.excerpts)} hold errors shown above")
-    else:
-        lines.append(f"no known failure and no error line in {n_files} file(s)")
-    return lines
+    return report_lines(diagnosis)
 
 
 def _print_catalogue(as_json: bool) -> None:
@@ -117,7 +68,7 @@ def diagnose_cmd(
         typer.echo(json.dumps(diagnosis.to_dict(), indent=2))
     else:
         for line in render(diagnosis):
-            typer.echo(line)
+            typer.echo(printable(line))  # log lines and file names are outside text (render escapes them too)
     raise typer.Exit(diagnosis.exit_code)
 
 

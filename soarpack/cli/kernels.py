@@ -17,18 +17,18 @@ from soarpack.cli.output import sink
 def kernels(
     ckpt: Optional[Path] = typer.Argument(None, metavar="CKPT", help="A quantized checkpoint (its config.json and quantize_config.json)."),
     recipe: Optional[List[str]] = typer.Option(None, "--recipe", metavar="NAME", help="A recipe name or .toml instead of a checkpoint (repeatable). Neither: every built-in recipe."),
-    m: Optional[str] = typer.Option(None, "--m", metavar="M,...", help="Row counts to time (default 1,2,4,8,16,32,64,128,256,512,1024,2048,8192)."),
+    m: Optional[str] = typer.Option(None, "--m", metavar="M,...", help="Row counts to time (default 1,2,4,...,16384: every power of 2)."),
     marlin_ext: Optional[Path] = typer.Option(None, "--marlin-ext", metavar="SO", help="Marlin built by benchmarks/build_marlin_ext.py, when sgl_kernel does not import."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Also write the JSON result here."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the tables."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """Time the W4 kernel routes on this GPU for CKPT's shapes (or the recipes'); print the dispatch thresholds.
+    """Time the W4 and FP8 kernel routes on this GPU for CKPT's shapes (or the recipes'); print the thresholds.
 
-    bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel and patch 04's dispatch, for the shapes and widths
-    of CKPT (or of the recipes), against the read floor measured in the same run; sum them
-    per recipe for a decode step and a prefill chunk; print the SOARPACK_W4_DISPATCH thresholds they imply.
-    Needs a CUDA GPU.
+    bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel, patch 04's dispatch and patch 05's FP8 route (the
+    activations' quantization included), for the shapes and widths of CKPT (or of the recipes), against the read
+    floor measured in the same run; sum them per recipe for a decode step and a prefill chunk; print the
+    SOARPACK_W4_DISPATCH and SOARPACK_FP8_PREFILL thresholds they imply. Needs a CUDA GPU.
 
     Example:
 

@@ -131,4 +131,4 @@ class Sink:
         if self.json:
             typer.echo(json.dumps(data, indent=2, default=str))
         elif text is not None:
-            typer.echo(text)
+            typer.echo(printable(text, keep="\n"))  # names and values from files, servers, the environment

@@ -144,7 +144,8 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
     if "rows_used" in cal:
         from soarpack.quant.calibinfo import rows_line, where_from
 
-        typer.echo(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"], where_from(cal["sources"], cal["builtin"])))
+        typer.echo(printable(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"],
+                                       where_from(cal["sources"], cal["builtin"]))))  # names the user's files
     for note in result.notes:
         typer.echo(f"note: {printable(note)}")
     typer.echo(f"report: {printable(out_dir / REPORT_FILE)}")
@@ -252,13 +253,14 @@ def calib_cmd(
     if sink(as_json).json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    typer.echo(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
-               f"{summary['min_len']}, median {summary['median_len']}, max {summary['max_len']}), "
-               f"{summary['truncated']} left-truncated")
+    # file names and task names are the user's data: printable
+    typer.echo(printable(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
+                         f"{summary['min_len']}, median {summary['median_len']}, max {summary['max_len']}), "
+                         f"{summary['truncated']} left-truncated"))
     short = shortfall(summary["rows"], rows, asked_by, where)
     if short:
-        typer.echo(f"note: {short}")
-    typer.echo("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
+        typer.echo(f"note: {printable(short)}")
+    typer.echo("tasks: " + ", ".join(f"{printable(k)} {v}" for k, v in summary["tasks"].items()))
     largest = max(summary["length_histogram"].values(), default=0)
     for bucket, n in summary["length_histogram"].items():
         typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())

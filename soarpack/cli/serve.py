@@ -27,21 +27,22 @@ def _print_tree_report(report) -> None:
     from rich.table import Table
 
     console = Console()
+    shown = lambda text: escape(printable(text))  # noqa: E731 - paths and messages name the tree's own files
     where = f"fork commit {report.commit} ({report.state})" if report.commit else "no known fork commit"
-    console.print(f"[bold]{report.src}[/]: touched files match {where}", highlight=False)
+    console.print(f"[bold]{shown(report.src)}[/]: touched files match {shown(where)}", highlight=False)
     for path in report.differing:
-        console.print(f"  differs from every recorded commit: {path}", highlight=False)
+        console.print(f"  differs from every recorded commit: {shown(path)}", highlight=False)
     table = Table("patch", "status", "files")
     label = {"apply": "[green]applies[/]", "applied": "[cyan]already applied[/]", "fail": "[red]fails[/]"}
     for p in report.patches:
-        files = "\n".join(f"{f.path.rsplit('/', 1)[-1]}: {f.status}" for f in p.files)
-        table.add_row(p.name, label[p.status], files)
+        files = "\n".join(f"{shown(f.path.rsplit('/', 1)[-1])}: {f.status}" for f in p.files)
+        table.add_row(shown(p.name), label[p.status], files)
     console.print(table)
     for p in report.patches:
         for msg in p.problems():
-            console.print(f"[red]{p.name}[/]: {msg}", highlight=False)
+            console.print(f"[red]{shown(p.name)}[/]: {escape(printable(msg, keep=chr(10)))}", highlight=False)
     if report.written:
-        console.print("written: " + ", ".join(report.written), highlight=False)
+        console.print("written: " + ", ".join(shown(w) for w in report.written), highlight=False)
 
 
 @subcommand(sglang_app, "check")

@@ -4,6 +4,8 @@ An eval result (soarpack/bench/evaluate.py) holds one record per row: task, pred
 things are flagged: rows that ran to max_tokens and end in a repeated tail (repetition collapse), rows answered
 with an empty prediction (as the platform scores it: the text after the last </think>), and rows whose request
 failed (HTTP errors, timeouts, malformed replies). A bench result's tiers are flagged for failed requests.
+A result whose shape is not what soarpack writes (rows that are not a list of records, a field of the wrong type,
+no rows at all) is flagged as malformed rather than read as healthy.
 """
 
 from __future__ import annotations
@@ -53,7 +55,69 @@ def _rows_where(records: List[dict], total: int) -> str:
     return f"{len(records)} of {total} rows ({', '.join(f'{k} {v}' for k, v in _per_task(records).items())})"
 
 
+MALFORMED = "result-malformed"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def eval_problem(data) -> Optional[str]:
+    """Why an eval result is not one soarpack wrote (its rows as soarpack/bench/evaluate.py records them), or None."""
+    if not isinstance(data, dict):
+        return "is not a JSON object"
+    rows = data.get("rows")
+    if not isinstance(rows, list):
+        return f"has rows {type(rows).__name__ if rows is not None else 'missing'}, not a list"
+    if not rows:
+        return "holds no rows: the eval answered nothing"
+    max_tokens = data.get("max_tokens")
+    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+        return f"has max_tokens {max_tokens!r}, not a positive integer"
+    for position, row in enumerate(rows):
+        where = f"row {position}"
+        if not isinstance(row, dict):
+            return f"{where} is a {type(row).__name__}, not a record"
+        if not _is_int(row.get("index")):
+            return f"{where} has index {row.get('index')!r}, not an integer"
+        if not isinstance(row.get("task"), str):
+            return f"{where} has task {row.get('task')!r}, not a string"
+        error = row.get("error")
+        if error is not None and not isinstance(error, str):
+            return f"{where} has error {error!r}, not a string or null"
+        if error is None and not isinstance(row.get("prediction"), str):
+            return f"{where} has prediction {row.get('prediction')!r}, not a string"
+        tokens = row.get("output_tokens")
+        if tokens is not None and (not _is_int(tokens) or tokens < 0):
+            return f"{where} has output_tokens {tokens!r}, not a count"
+    return None
+
+
+def bench_problem(data) -> Optional[str]:
+    """Why a bench result is not one soarpack wrote (soarpack/bench/speed.py), or None."""
+    tiers = data.get("tiers") if isinstance(data, dict) else None
+    if not isinstance(tiers, dict) or not tiers:
+        return "has no tiers" if not tiers else f"has tiers {type(tiers).__name__}, not an object"
+    for name, tier in tiers.items():
+        if not isinstance(tier, dict):
+            return f"tier {name} is a {type(tier).__name__}, not a record"
+        for key in ("failed", "num_requests"):
+            if not _is_int(tier.get(key)) or tier[key] < 0:
+                return f"tier {name} has {key} {tier.get(key)!r}, not a count"
+        if not isinstance(tier.get("errors", []), list):
+            return f"tier {name} has errors {tier.get('errors')!r}, not a list"
+    return None
+
+
+def _malformed(inp: Input, problem: str) -> List[Finding]:
+    return [Finding(MALFORMED, str(inp.path), inp.kind, "the file", f"this {inp.kind} result {problem}", 1,
+                    {"problem": problem})]
+
+
 def eval_findings(inp: Input) -> List[Finding]:
+    problem = eval_problem(inp.data)
+    if problem:
+        return _malformed(inp, problem)
     data = inp.data or {}
     rows = [r for r in data.get("rows") or [] if isinstance(r, dict)]
     max_tokens = data.get("max_tokens")
@@ -105,6 +169,9 @@ def eval_findings(inp: Input) -> List[Finding]:
 
 
 def bench_findings(inp: Input) -> List[Finding]:
+    problem = bench_problem(inp.data)
+    if problem:
+        return _malformed(inp, problem)
     tiers = (inp.data or {}).get("tiers") or {}
     failed = {name: t for name, t in tiers.items() if isinstance(t, dict) and t.get("failed")}
     if not failed:
@@ -122,4 +189,4 @@ def result_findings(inp: Input) -> List[Finding]:
     return eval_findings(inp) if inp.kind == "eval" else bench_findings(inp) if inp.kind == "bench" else []
 
 
-__all__ = ["repeated_tail", "eval_findings", "bench_findings", "result_findings"]
+__all__ = ["repeated_tail", "eval_findings", "bench_findings", "result_findings", "eval_problem", "bench_problem"]

@@ -1,8 +1,10 @@
 """The code of a patch's self-contained block, read from the patch file itself and run as a module.
 
-Two patches add one self-contained block each to a fork file, between a `# --- soarpack NAME: begin` and a
+Three patches add one self-contained block each to a fork file, between a `# --- soarpack NAME: begin` and a
 `# --- soarpack NAME: end ---` line, needing only os, torch and triton: 04-w4-dispatch to marlin_utils.py (the W4
-dispatch), 06-gla-decode-in-place to hybrid_linear_attn_backend.py (the Lightning layers' in-place decode kernel).
+dispatch), 05-fp8-prefill after it in the same file (the FP8 route; it uses 04's names, so it is loaded together with
+04's block: `load_dispatch_block(fp8=True)`; on a GPU it calls sgl_kernel's fp8 ops where they are registered),
+06-gla-decode-in-place to hybrid_linear_attn_backend.py (the Lightning layers' in-place decode kernel).
 Their added lines are the block verbatim, so `load_block()` runs exactly what a patched server runs, without a fork
 tree: the patch file is the one copy of that code. (benchmarks/w4_dispatch_block.py reads the same block from a
 patched tree instead.)
@@ -15,7 +17,7 @@ import tempfile
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from soarpack.errors import ConfigError
 
@@ -40,6 +42,7 @@ class Block:
 
 
 W4_DISPATCH = Block("04-w4-dispatch.patch", "w4-dispatch", "SOARPACK_W4_DISPATCH")
+FP8_PREFILL = Block("05-fp8-prefill.patch", "fp8-prefill", "SOARPACK_FP8_PREFILL")
 GLA_DECODE = Block("06-gla-decode-in-place.patch", "gla-decode", "SOARPACK_GLA_DECODE")
 # The w4-dispatch names this module had before it served two blocks.
 PATCH_NAME, BEGIN, END, ENV = W4_DISPATCH.patch, W4_DISPATCH.begin, W4_DISPATCH.end, W4_DISPATCH.env
@@ -87,9 +90,10 @@ def file_block_source(path: Path, block: Block) -> str:
 
 
 def load_block(block: Block, patch: Optional[Path] = None, env_value: Optional[str] = None,
-               source: Optional[str] = None) -> types.ModuleType:
+               source: Optional[str] = None, more_env: Optional[Dict[str, Optional[str]]] = None) -> types.ModuleType:
     """The block as a module: the patch's text, or `source` (file_block_source of a patched tree's file).
-    `env_value` is the text of `block.env` it reads at import (None: the environment's, as a server would)."""
+    `env_value` is the text of `block.env` it reads at import (None: the environment's, as a server would);
+    `more_env` sets other variables the same way (a source of two blocks reads both)."""
     module = types.ModuleType(block.module)
     source = block_source(patch, block) if source is None else source
     # Triton reads a @triton.jit function's source back from its file: the block must live in a .py file of its
@@ -97,23 +101,28 @@ def load_block(block: Block, patch: Optional[Path] = None, env_value: Optional[s
     where = Path(tempfile.mkdtemp(prefix=f"soarpack-{block.tag}-block-")) / f"{block.module}.py"
     where.write_text(source, encoding="utf-8")
     module.__file__ = str(where)
-    saved = os.environ.get(block.env)
+    env = {k: v for k, v in {block.env: env_value, **(more_env or {})}.items() if v is not None}
+    saved = {k: os.environ.get(k) for k in env}
     try:
-        if env_value is not None:
-            os.environ[block.env] = env_value
+        os.environ.update(env)
         exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)
     finally:
-        if env_value is not None:
-            if saved is None:
-                os.environ.pop(block.env, None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
             else:
-                os.environ[block.env] = saved
+                os.environ[k] = v
     return module
 
 
-def load_dispatch_block(patch: Optional[Path] = None, dispatch: Optional[str] = None) -> types.ModuleType:
-    """Patch 04's block. `dispatch` is the SOARPACK_W4_DISPATCH text it reads at import (None: the environment's)."""
-    return load_block(W4_DISPATCH, patch, dispatch)
+def load_dispatch_block(patch: Optional[Path] = None, dispatch: Optional[str] = None, *, fp8: bool = False,
+                        fp8_patch: Optional[Path] = None, fp8_spec: Optional[str] = None) -> types.ModuleType:
+    """Patch 04's block, with patch 05's block after it when `fp8` (05 uses 04's names). `dispatch` / `fp8_spec` are
+    the SOARPACK_W4_DISPATCH / SOARPACK_FP8_PREFILL texts they read at import (None: the environment's)."""
+    if not fp8:
+        return load_block(W4_DISPATCH, patch, dispatch)
+    source = block_source(patch, W4_DISPATCH) + "\n\n" + block_source(fp8_patch, FP8_PREFILL)
+    return load_block(W4_DISPATCH, env_value=dispatch, source=source, more_env={FP8_PREFILL.env: fp8_spec})
 
 
 def load_gla_decode_block(patch: Optional[Path] = None, mode: Optional[str] = None) -> types.ModuleType:

@@ -1,6 +1,11 @@
 """The CUDA backend of `soarpack kernels` (and of benchmarks/gpu_w4_dispatch.py): random GPTQ tensors as soarpack
 writes them, Marlin's layout from the fork's repack, and CUDA-graph timing that cycles weight copies past the L2.
 
+The FP8 route is patch 05's own code (soarpack.kernels.block, fp8=True): the per-channel e4m3 copy made from
+Marlin's layout as the patched server makes it at load (from the dequantized weight for a 16-bit shape, as the
+fork's --quantization fp8 does), sgl_kernel's sgl_per_token_quant_fp8 + fp8_scaled_mm when `sgl_kernel` imports
+(torch._scaled_mm otherwise: `describe()["fp8"]` says which).
+
 Marlin: `sgl_kernel` when it imports (what the platform serves with), else the extension benchmarks/
 build_marlin_ext.py builds (`marlin_ext`, a .so registering the same sgl_kernel ops). GPTQModel's Marlin is not
 wired in: only soarpack/quant/engine.py may import gptqmodel. Not run on a GPU by the tests (no GPU there).
@@ -145,14 +150,27 @@ def load_marlin(marlin_ext: Optional[str]) -> Optional[str]:
     return None
 
 
+def fp8_ops() -> Optional[str]:
+    """Which FP8 kernels the route runs: sgl_kernel's (registered when it imported) or torch._scaled_mm's."""
+    names = ("fp8_scaled_mm", "sgl_per_token_quant_fp8")
+    have = [n for n in names if hasattr(torch.ops.sgl_kernel, n)]
+    if have == list(names):
+        import sgl_kernel
+
+        return f"sgl_kernel {getattr(sgl_kernel, '__version__', '?')}: sgl_per_token_quant_fp8 + fp8_scaled_mm"
+    return "torch._scaled_mm rowwise + a torch per-token quantization (sgl_kernel lacks " + \
+        ", ".join(n for n in names if n not in have) + ")"
+
+
 class CudaBackend:
-    def __init__(self, marlin_ext: Optional[str] = None, dispatch: Optional[str] = None, seed: int = 0):
+    def __init__(self, marlin_ext: Optional[str] = None, dispatch: Optional[str] = None, seed: int = 0,
+                 fp8_spec: Optional[str] = None):
         from soarpack.kernels import w4_splitk
         from soarpack.kernels.block import load_dispatch_block
 
         torch.backends.cuda.matmul.allow_tf32 = False
         self.marlin = load_marlin(marlin_ext)
-        self.block = load_dispatch_block(dispatch=dispatch)
+        self.block = load_dispatch_block(dispatch=dispatch, fp8=True, fp8_spec=fp8_spec)
         self.splitk = w4_splitk
         self.gen = torch.Generator(device="cuda").manual_seed(seed)
         self.checks = {}
@@ -160,7 +178,9 @@ class CudaBackend:
     def describe(self) -> dict:
         return {"device": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
                 "torch": torch.__version__, "marlin": self.marlin, "triton": self.splitk.triton is not None,
-                "dispatch_thresholds": {f"{c}:{b}": v for (c, b), v in self.block.SOARPACK_W4_ACTIVE.items()}}
+                "fp8": fp8_ops(),
+                "dispatch_thresholds": {f"{c}:{b}": v for (c, b), v in self.block.SOARPACK_W4_ACTIVE.items()},
+                "fp8_thresholds": {f"{c}:{b}": v for (c, b), v in self.block.SOARPACK_FP8_ACTIVE.items()}}
 
     def ceilings(self) -> dict:
         return device_ceilings()
@@ -172,6 +192,13 @@ class CudaBackend:
         wbs = [w_bf16] + [w_bf16.clone() for _ in range(bf_copies - 1)]
         fns = {"bf16": lambda x, c: F.linear(x, wbs[c % bf_copies])}
         copies = {"bf16": bf_copies}
+        b = self.block
+        fp8_copies = max(1, min(8, math.ceil(L2_BYTES / w_bf16.numel())))
+        if bits:  # patch 05's copy, from Marlin's layout (below), as the patched server makes it at load
+            f8s = None
+        else:  # a 16-bit shape: the fork's --quantization fp8 quantizes the (bf16) weight per output channel
+            q, s = b.soarpack_fp8_quantize_rows(w_bf16)
+            f8s = [(q.t(), s.t().contiguous())] + [(q.clone().t(), s.t().contiguous()) for _ in range(fp8_copies - 1)]
         if bits:
             qm, sm, layout_ok = to_marlin(self.block, layer, size_n, size_k, bits, self.marlin is not None)
             self.checks[f"{size_n}x{size_k}:{bits}"] = {"marlin_layout_matches_reference": layout_ok}
@@ -181,7 +208,8 @@ class CudaBackend:
             n_sm = torch.cuda.get_device_properties(0).multi_processor_count
             workspace = torch.zeros(n_sm, dtype=torch.int32, device="cuda")
             empty = torch.empty(0, dtype=torch.int32, device="cuda")
-            b = self.block
+            wq, ws = b.soarpack_fp8_weight_copy(qm, sm, size_k, size_n, bits)
+            f8s = [(wq, ws)] + [(wq.t().clone().t(), ws.clone()) for _ in range(fp8_copies - 1)]
 
             def via(route):
                 return lambda x, c: b.soarpack_w4_gemm(x, qms[c], sms_[c], empty, empty, empty, workspace, WTYPE_ID[bits],
@@ -194,6 +222,18 @@ class CudaBackend:
                 fns["splitk"] = lambda x, c: self.splitk.w4_splitk_gemm(x, qms[c], sms_[c], size_n, size_k)
             for rt in fns:
                 copies.setdefault(rt, q_copies)
+
+            def fp8_via(route):
+                return lambda x, c: b.soarpack_fp8_gemm(
+                    x, f8s[c % fp8_copies][0], f8s[c % fp8_copies][1], qms[c % q_copies], sms_[c % q_copies], empty,
+                    empty, empty, workspace, WTYPE_ID[bits], bits, size_n, size_k, True, False, True, route=route)
+
+            if self.marlin:  # below the FP8 threshold the patch's op calls Marlin
+                fns["fp8_dispatch"] = fp8_via(None)
+                copies["fp8_dispatch"] = max(q_copies, fp8_copies)
+        fns["fp8"] = lambda x, c: b.soarpack_fp8_linear(x, *f8s[c % fp8_copies])
+        fns["fp8_torch"] = lambda x, c: b.soarpack_fp8_linear(x, *f8s[c % fp8_copies], gemm="torch")
+        copies["fp8"] = copies["fp8_torch"] = fp8_copies
         out = {}
         for m in ms:
             x = torch.randn(m, size_k, generator=self.gen, device="cuda", dtype=torch.bfloat16)
@@ -207,13 +247,31 @@ class CudaBackend:
                     graphs[rt] = Graph([(lambda c=c, fn=fn: fn(x, c)) for c in range(copies[rt])])
                 except Exception as exc:  # a failing route is a finding; keep the others
                     row[f"{rt}_error"] = repr(exc)[:300]
+            # the FP8 route's two parts: the activations' quantization alone, and the GEMM on quantized activations
+            try:
+                x_q, x_s = b.soarpack_fp8_quant_act(x)
+                graphs["fp8_quant"] = Graph([lambda: b.soarpack_fp8_quant_act(x)])
+                gemm = b._sp_sgl_op("fp8_scaled_mm")
+                if gemm is not None:
+                    graphs["fp8_gemm"] = Graph([(lambda c=c: gemm(x_q, *f8s[c], x.dtype, None)) for c in range(fp8_copies)])
+                # the numerics issue 37 asks for: against the bf16 matmul of the same dequantized weight (like for
+                # like), beside the error of the fork's --quantization fp8 recipe on that weight rounded to bf16
+                bf = F.linear(x, w_bf16).float()
+                row["fp8_vs_bf16mm_err"] = rel_err(fns["fp8"](x, 0), bf)
+                fq, fs = b.soarpack_fp8_quantize_rows(w_bf16)
+                row["fork_fp8_vs_bf16mm_err"] = rel_err(b.soarpack_fp8_linear(x, fq.t(), fs.t().contiguous()), bf)
+                row["fork_fp8_err"] = rel_err(b.soarpack_fp8_linear(x, fq.t(), fs.t().contiguous()), ref)
+                del bf, fq, fs
+            except Exception as exc:  # a failing part is a finding; keep the others
+                row["fp8_parts_error"] = repr(exc)[:300]
             times = interleaved(graphs)
             del graphs, ref
             for rt, t in times.items():
                 row[f"{rt}_us"] = t * 1e6
             if bits:
                 row["dispatch_route"] = self.block.soarpack_w4_route(m, size_n, size_k, bits)
+                row["fp8_route"] = self.block.soarpack_fp8_route(m, size_n, size_k, bits)
             out[m] = row
-        del layer, wbs, w_bf16, fns
+        del layer, wbs, w_bf16, fns, f8s
         torch.cuda.empty_cache()
         return out

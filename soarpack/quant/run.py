@@ -189,6 +189,12 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     config = load_config(model_dir)
     check_vocab_fits(load_tokenizer(model_dir), config.vocab_size, model_dir)
     recipe = load_recipe(opts.recipe)
+    if not recipe.quantizes:
+        from soarpack.errors import ConfigError
+
+        raise ConfigError(f"recipe {recipe.name} quantizes nothing (method = \"none\"): there is nothing to quantize",
+                          "serve the original checkpoint as it is (a bundle's prepare_model.sh copies it); "
+                          "pick a GPTQ recipe to quantize")
     recipe.validate_for(config)
     calibration, sources = resolve_calibration(opts.calibration, recipe.calibration)
     check_max_len(calibration.max_len, config.dense_len)

@@ -4,7 +4,8 @@ Every problem is collected (not just the first): module set and exact shapes for
 either quantized or matched by a `-:` rule and stored as `.weight`), Marlin compatibility, sequential `g_idx` when
 desc_act is false, GPTQ v1 symmetric qzeros, no NaN/Inf, the dtype policy, no derived keys in config.json, no
 absolute paths, and, given the original: byte-identical tokenizer/templates/generation config/remote code,
-unchanged 16-bit tensors and the per-module dequantization error.
+unchanged 16-bit tensors and the per-module dequantization error. An unquantized checkpoint (recipe method "none",
+which prepare_model.sh copies) is checked against the original only: the same files, byte for byte.
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def verify_report(ckpt_dir: str | Path, original: Optional[str | Path] = None, *
         return rep
     qc = raw.get("quantization_config")
     if not isinstance(qc, dict):
-        add("config", "config.json", "no quantization_config")
+        if original is None:
+            add("config", "config.json", "no quantization_config (an unquantized checkpoint, recipe method \"none\", "
+                "is verified against --original: its files must be the original's)")
+        else:
+            _compare_copy(ckpt, Path(original), add)
         return rep
     _check_quant_config(qc, ckpt, add)
     _check_config_keys(raw, original, add)
@@ -269,6 +274,23 @@ def _check_paths(ckpt: Path, original, output_name: Optional[str], add) -> None:
         for needle in needles:
             if needle in text:
                 add("abs-path", path.name, f"contains the machine path {needle}")
+
+
+def _compare_copy(ckpt: Path, orig: Path, add) -> None:
+    """An unquantized checkpoint (recipe method "none", as prepare_model.sh copies it): the original's files, each
+    byte for byte (a hard link to the same file counts as identical without reading it), and nothing else."""
+    def files(root: Path) -> Dict[str, Path]:
+        return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+
+    ours, theirs = files(ckpt), files(orig)
+    for name in sorted(set(theirs) - set(ours)):
+        add("copy-missing", name, "in the original but not in the checkpoint")
+    for name in sorted(set(ours) - set(theirs)):
+        add("copy-extra", name, "not in the original (an unquantized checkpoint is the original, file for file)")
+    for name in sorted(set(ours) & set(theirs)):
+        a, b = ours[name], theirs[name]
+        if a.stat().st_size != b.stat().st_size or (not a.samefile(b) and sha256_file(a) != sha256_file(b)):
+            add("copy-differs", name, "differs from the original")
 
 
 def _compare_original(ckpt: Path, orig: Path, plan, names, expected_float, rep: VerifyReport, add, device: str) -> None:

@@ -7,6 +7,8 @@ defaults, which are the `Recipe` model's fields and stated nowhere else:
     [quant]
     name = "mine"         # default: the file's stem
     description = "..."
+    method = "gptq"       # "gptq", or "none": no quantization at all (the checkpoint is the original, copied as is;
+                          # for servers that quantize at load, like the fork's --quantization fp8)
     bits = 8              # 4 or 8 (what gptq_marlin serves)
     group_size = 64       # -1, 32, 64 or 128
     sym = true            # Marlin needs symmetric
@@ -85,6 +87,7 @@ class Recipe(StrictModel):
 
     name: str
     description: str = ""
+    method: Literal["gptq", "none"] = "gptq"
     bits: int = 4
     group_size: int = 128
     sym: bool = True
@@ -95,6 +98,11 @@ class Recipe(StrictModel):
     evidence: List[Evidence] = []  # the `[[evidence]]` tables
     source: Optional[str] = None  # where it was read: "built-in NAME", a file, "checkpoint"
     text: Optional[str] = Field(None, repr=False)  # the TOML it was read from, byte for byte
+
+    @property
+    def quantizes(self) -> bool:
+        """False for method "none": the checkpoint is the original, byte for byte (nothing to calibrate)."""
+        return self.method != "none"
 
     @property
     def base(self) -> ModuleQuant:
@@ -133,8 +141,11 @@ class Recipe(StrictModel):
         """Full HF name of every decoder linear -> its grid, or None when it stays 16-bit.
 
         Computed from the rendered `dynamic` (the same first-match regex walk GPTQModel and SGLang do), so the
-        plan is what the readers of the checkpoint will see, not what we hoped the rules mean.
+        plan is what the readers of the checkpoint will see, not what we hoped the rules mean. Method "none":
+        every linear stays 16-bit.
         """
+        if not self.quantizes:
+            return {name: None for name in config.decoder_linears()}
         return resolve_plan(config, self.render_dynamic(config), self.base)
 
     def validate_for(self, config: SalaConfig) -> None:
@@ -285,6 +296,11 @@ def recipe_from_dict(data: Dict[str, Any], *, default_name: str = "recipe", sour
         _check_grid(q.get("bits"), q.get("group_size"), f"{where} [quant]")
         if q.get("sym") is False:
             raise ConfigError(f"{where}: sym = false: gptq_marlin serves symmetric quantization only", "set sym = true")
+    if q.get("method") == "none":
+        given = sorted(k for k in q if k not in ("name", "description", "method"))
+        if given or calib:
+            raise ConfigError(f"{where}: method = \"none\" quantizes nothing, so {', '.join(given) or '[calibration]'} "
+                              "has no meaning", "remove it, or use method = \"gptq\"")
     rules = tuple(_parse_rule(r, f"{where} rule {k + 1}", servable) for k, r in enumerate(rules_raw))
     fields = {k: v for k, v in q.items() if k != "rules"}
     fields.setdefault("name", default_name)
@@ -341,7 +357,10 @@ def _table(header: str, items: Sequence[Tuple[str, Any]]) -> List[str]:
 
 def render_toml(recipe: Recipe) -> str:
     """A recipe as TOML, every setting stated (a checkpoint's copy must not depend on today's defaults)."""
-    quant = [(k, getattr(recipe, k)) for k in QUANT_KEYS if k != "rules"]
+    if not recipe.quantizes:  # the grid's keys mean nothing without quantization (and are refused)
+        quant = [(k, getattr(recipe, k)) for k in ("name", "description", "method")]
+    else:  # "gptq" is the default method and stays unwritten: the TOML of every GPTQ recipe is what it was
+        quant = [(k, getattr(recipe, k)) for k in QUANT_KEYS if k not in ("rules", "method")]
     lines = _table("[quant]", quant)
     for rule in recipe.rules:
         lines += _table("[[quant.rules]]", [(k, list(v) if isinstance(v, tuple) else v)

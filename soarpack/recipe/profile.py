@@ -29,9 +29,13 @@ from soarpack.recipe.files import builtin_names, locate, read_toml
 from soarpack.recipe.keys import check_keys, read_evidence
 from soarpack.schema import StrictModel, validated
 
-# "safe" is what passed the accuracy gate on the platform. "fp8" is faster on paper, but every peer run of fp8 KV on
-# the sparse path stayed below the gate with no S1 gain; it stays opt-in until measured (its [[evidence]] says so).
+# "safe" is what passed the accuracy gate on the platform. "fp8-kv" is faster on paper, but every peer run of fp8 KV
+# on the sparse path stayed below the gate with no S1 gain; it stays opt-in until measured (its [[evidence]] says so),
+# as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA).
 DEFAULT_PROFILE = "safe"
+# Renamed built-in profiles, old name -> new: what a MANIFEST written before the rename means by the old name.
+# Issue 37: "fp8" (fp8_e5m2 KV on the sparse backend) became "fp8-kv", and "fp8" is now the W8A8 profile.
+RENAMED = {"fp8": "fp8-kv"}
 
 
 class Profile(StrictModel):
@@ -114,3 +118,12 @@ def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
 def list_profiles() -> List[str]:
     """Names of the packaged serving profiles (soarpack/profiles/*.toml with a [serve] table)."""
     return builtin_names("profile")
+
+
+def recorded_profile(name: str, args: Optional[List[str]] = None) -> str:
+    """The built-in profile a bundle's MANIFEST means by `name`: the renamed profile when `name` is its old name
+    and the recorded args are the renamed profile's (a bundle built before the rename), else `name`."""
+    new = RENAMED.get(name)
+    if new and args is not None and new in list_profiles() and list(args) == load_profile(new).args:
+        return new
+    return name

@@ -26,6 +26,7 @@ END = "<!-- END generated -->"
 QUANT = {
     "name": ("string", "the recipe's name (default: the file's stem)"),
     "description": ("string", "one line shown by `soarpack recipes` and in a bundle's MANIFEST"),
+    "method": ("string: gptq or none", "none quantizes nothing: the checkpoint is the original, copied byte for byte by prepare_model.sh (for servers that quantize at load, e.g. --quantization fp8); no other key, rule or [calibration] then"),
     "bits": ("integer: 4 or 8", "the base grid's bits, for every decoder linear no rule matches (gptq_marlin serves 4 and 8)"),
     "group_size": ("integer: -1, 32, 64 or 128", "the base grid's group size (-1: one group per row)"),
     "sym": ("boolean", "symmetric quantization; gptq_marlin serves only `true`"),

@@ -366,7 +366,10 @@ def prepare_model(c: Check) -> Done:
     from soarpack.quant.capture import count_said
 
     data = {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}
-    detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
+    if c.manifest["quantize"].get("method") == "none":  # the recipe quantizes nothing: preprocess copied it
+        detail = f"copied the tiny model as it is (recipe {recipe} quantizes nothing; the server quantizes at load)"
+    else:
+        detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
     said = count_said(proc.stdout)
     if said:  # the libraries' warnings went to quantize's log: the count and where, not the lines
         data.update(library_warnings=said[0], library_log=said[1])
@@ -390,7 +393,7 @@ def fork_loads_it(c: Check) -> Done:
     """The checkpoint through the fork's own ModelConfig and load_weights (soarpack serve-check).
 
     Always on the image stack, --dev-stack or not: the fork pins its own transformers and does not import on ours."""
-    from soarpack.serve.forkcheck import run_fork_check
+    from soarpack.serve.forkcheck import run_fork_check, unwritten_required
 
     if c.sglang_mode == "tree":
         tree = c.root / layout.SGLANG_TREE / "python"
@@ -406,7 +409,7 @@ def fork_loads_it(c: Check) -> Done:
     data = {"recipe": result.recipe, "fork_commit": result.fork_commit,
             "linears": len(result.rows), "as_planned": sum(r.ok for r in result.rows),
             "tensors_loaded": report.get("tensors_loaded"), "without_parameter": len(report.get("orphans", [])),
-            "unwritten": len(report.get("unwritten", [])), "problems": result.problems,
+            "unwritten": len(unwritten_required(report)), "problems": result.problems,
             "versions": report.get("versions")}
     if not result.ok:
         if result.log:

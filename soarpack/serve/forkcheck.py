@@ -27,6 +27,16 @@ CHILD_SCRIPT = Path(__file__).with_name("_fork_child.py")
 CHILD_TIMEOUT_S = 900
 QUANTIZED_METHOD = "GPTQMarlinLinearMethod"
 UNQUANTIZED_METHOD = "UnquantizedLinearMethod"
+# --quantization values that quantize a 16-bit checkpoint at load, and the quant method each 16-bit linear then has
+ONLINE_METHODS = {"fp8": "Fp8LinearMethod"}
+# Parameters a checkpoint may leave out: under --quantization fp8 every attention layer gets k_scale/v_scale, which
+# the fork sets to 1.0 when the checkpoint has none (layers/quantization/kv_cache.py BaseKVCacheMethod).
+OPTIONAL_PARAMS = (".attn.k_scale", ".attn.v_scale")
+
+
+def unwritten_required(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The child's unwritten parameters, less those the fork fills itself when a checkpoint omits them."""
+    return [u for u in report.get("unwritten", []) if not u["param"].endswith(OPTIONAL_PARAMS)]
 
 
 class ForkCheckError(SoarpackError):
@@ -63,23 +73,51 @@ class ForkCheckResult:
 # -- inputs ----------------------------------------------------------------------------------------------------
 
 
-def _read_config(ckpt: Path) -> Dict[str, Any]:
+def _read_config(ckpt: Path, unquantized_ok: bool = False) -> Dict[str, Any]:
     if not (ckpt / "config.json").is_file():
         raise CheckpointError(f"{ckpt} has no config.json", "pass a checkpoint written by `soarpack quantize`")
     try:
         raw = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{ckpt}/config.json is not JSON: {exc}") from None
-    if not isinstance(raw.get("quantization_config"), dict):
-        raise CheckpointError(f"{ckpt}/config.json has no quantization_config", "pass a quantized checkpoint")
+    if not isinstance(raw.get("quantization_config"), dict) and not unquantized_ok:
+        raise CheckpointError(f"{ckpt}/config.json has no quantization_config",
+                              "pass a quantized checkpoint (or, for an unquantized one, a recipe with method = \"none\")")
     return raw
 
 
 def recipe_of(raw_config: Dict[str, Any], recipe=None):
-    """The recipe to judge against: the one given, else the one the checkpoint carries (soarpack.recipe.checkpoint)."""
+    """The recipe to judge against: the one given, else the one the checkpoint carries (soarpack.recipe.checkpoint).
+    An unquantized checkpoint carries none: it is judged against the given recipe (method "none")."""
     from soarpack.recipe.checkpoint import recipe_for
+    from soarpack.recipe.model import load_recipe
 
+    if not isinstance(raw_config.get("quantization_config"), dict):
+        return load_recipe(recipe)
     return recipe_for(raw_config["quantization_config"], recipe)
+
+
+def _quantizes_nothing(recipe) -> bool:
+    if recipe is None:
+        return False
+    from soarpack.recipe.model import load_recipe
+
+    return not load_recipe(recipe).quantizes
+
+
+def online_method(server_args: Sequence[str]) -> str:
+    """The quant method a 16-bit linear gets under these server args: the online method of --quantization fp8,
+    else UnquantizedLinearMethod."""
+    from soarpack.serve.serverargs import split_args
+
+    args = split_args(list(server_args))
+    quant = None
+    for i, tok in enumerate(args):
+        if tok == "--quantization" and i + 1 < len(args):
+            quant = args[i + 1]
+        elif tok.startswith("--quantization="):
+            quant = tok.split("=", 1)[1]
+    return ONLINE_METHODS.get(quant or "", UNQUANTIZED_METHOD)
 
 
 def uses_placeholder_remote_config(ckpt: Path, raw_config: Dict[str, Any]) -> bool:
@@ -189,18 +227,21 @@ def _describe_plan(mq) -> str:
 def _describe_served(row: Dict[str, Any]) -> str:
     if row.get("method") == QUANTIZED_METHOD:
         return f"W{row.get('bits')} g{row.get('group_size')}"
+    if row.get("method") in ONLINE_METHODS.values():
+        return "16-bit, quantized at load"
     return "16-bit" if row.get("method") == UNQUANTIZED_METHOD else str(row.get("method"))
 
 
-def _matches(row: Dict[str, Any], mq) -> bool:
+def _matches(row: Dict[str, Any], mq, unquantized: str = UNQUANTIZED_METHOD) -> bool:
     if mq is None:
-        return row.get("method") == UNQUANTIZED_METHOD
+        return row.get("method") == unquantized
     return (row.get("method") == QUANTIZED_METHOD and row.get("bits") == mq.bits and row.get("group_size") == mq.group_size
             and row.get("desc_act") == mq.desc_act)
 
 
-def judge(report: Dict[str, Any], recipe, config) -> tuple:
-    """(rows, problems): each decoder linear of the fork beside the recipe's plan, and every one-line cause."""
+def judge(report: Dict[str, Any], recipe, config, unquantized: str = UNQUANTIZED_METHOD) -> tuple:
+    """(rows, problems): each decoder linear of the fork beside the recipe's plan, and every one-line cause.
+    `unquantized`: the quant method a linear the plan keeps 16-bit must have (online_method of the server args)."""
     plan = recipe.plan(config)
     rows: List[ModuleRow] = []
     problems: List[str] = []
@@ -213,7 +254,7 @@ def judge(report: Dict[str, Any], recipe, config) -> tuple:
             continue
         covered.update(members)
         mq = planned[0]
-        ok = len(set(planned)) == 1 and _matches(lin, mq)
+        ok = len(set(planned)) == 1 and _matches(lin, mq, unquantized)
         rows.append(ModuleRow(lin["module"], lin.get("method"), lin.get("bits"), lin.get("group_size"),
                               _describe_plan(mq), ok))
         if not ok:
@@ -224,7 +265,7 @@ def judge(report: Dict[str, Any], recipe, config) -> tuple:
     for orphan in report.get("orphans", []):
         problems.append(f"checkpoint tensor {orphan['tensor']} has no parameter in the fork's model "
                         f"(load_weights raises KeyError {orphan['param']!r}: the server would die loading it)")
-    for item in report.get("unwritten", []):
+    for item in unwritten_required(report):
         part = "never written" if item["unwritten"] == item["numel"] else f"{item['unwritten']} of {item['numel']} elements never written"
         problems.append(f"parameter {item['param']}: {part} by load_weights (a tensor is missing from the checkpoint)")
     return rows, problems
@@ -270,7 +311,7 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
     ckpt = Path(ckpt).resolve()
     if not ckpt.is_dir():
         raise CheckpointError(f"checkpoint {ckpt} is not a directory", "pass the directory soarpack quantize wrote")
-    raw = _read_config(ckpt)
+    raw = _read_config(ckpt, unquantized_ok=_quantizes_nothing(recipe))
     config = SalaConfig.from_dict(raw, source=str(ckpt / "config.json"))
     recipe = recipe_of(raw, recipe)
     src = resolve_src(sglang_src).resolve()
@@ -288,13 +329,13 @@ def run_fork_check(ckpt: os.PathLike, sglang_src: os.PathLike, recipe=None, pyth
         cause = report.get("error", "the child reported no cause")
         return ForkCheckResult(False, f"{where}: FAIL: {cause}", f"FAIL {cause}", [cause], report=report, log=log_text,
                                recipe=recipe.name, fork_commit=fork_commit)
-    rows, problems = judge(report, recipe, config)
+    rows, problems = judge(report, recipe, config, online_method(args))
     v = report.get("versions", {})
     stack = f"Python {v.get('python')}, torch {v.get('torch')}, transformers {v.get('transformers')}"
     verdict = "pass" if not problems else f"FAIL ({len(problems)} problem(s): {problems[0]})"
     summary = (f"{where}, recipe {recipe.name}: {sum(r.ok for r in rows)}/{len(rows)} linears as planned, "
                f"{report.get('tensors_loaded')} tensors loaded, {len(report.get('orphans', []))} without a parameter, "
-               f"{len(report.get('unwritten', []))} parameters unwritten [{stack}; {seconds:.0f} s]: {verdict}")
+               f"{len(unwritten_required(report))} parameters unwritten [{stack}; {seconds:.0f} s]: {verdict}")
     return ForkCheckResult(not problems, summary, render_table(rows, problems), problems, rows, report,
                            log=log_text if problems else None, recipe=recipe.name,
                            fork_commit=fork_commit)

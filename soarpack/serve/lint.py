@@ -35,6 +35,7 @@ RULES: Dict[str, str] = {
     "marlin-grid": "gptq_marlin serves bits 4/8 and group size -1/32/64/128 only",
     "marlin-desc-act": "desc_act = true is slower under gptq_marlin",
     "no-quantization": "no --quantization: SGLang picks the method from the checkpoint",
+    "quantization-recipe": "--quantization disagrees with the checkpoint the recipe makes (GPTQ, or unquantized)",
     "force-dense-sparse-backend": "--force-dense-minicpm with a minicpm_* backend: the sparse backend refuses a dense config",
     "dense-as-sparse-ignored": "--dense-as-sparse only acts on the minicpm sparse backend",
     "no-attention-backend": "no --attention-backend: SGLang picks one for the hybrid model",
@@ -43,13 +44,15 @@ RULES: Dict[str, str] = {
     "platform-flag-wins": "a flag the platform sets before ours (--port, --model-path): ours wins and the platform "
                           "waits for health on its own port, or serves another path",
     "unknown-patch": "a patch name the patch set does not have",
+    "patch-requires": "a patch without the patch it is written on top of (its Requires: line)",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
     "unsafe-token": "a token the platform's unquoted ${SGLANG_SERVER_ARGS} would split, glob or keep quotes in",
 }
 ERROR_RULES = {
     "underscore-flag", "not-a-flag", "unknown-flag", "missing-value", "bad-choice", "duplicate-flag", "gptq-needs-fp16",
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
-    "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch",
+    "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch", "patch-requires",
+    "quantization-recipe",
     "mem-fraction-range", "unsafe-token", "platform-flag-wins",
 }
 PLATFORM_FLAGS = launch.PLATFORM_FLAGS
@@ -62,6 +65,7 @@ _LEADING_WHY = {
     launch.MODEL_PATH_FLAG: "the server loads that path instead of the checkpoint the platform's preprocessing wrote",
 }
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
+GPTQ_METHODS = ("gptq_marlin", "gptq")  # the --quantization values that read a GPTQ checkpoint
 DTYPE_PATCH = "sparse-dtype"
 SPARSE_BACKENDS = ("minicpm_flashinfer", "minicpm_flashattn")
 PLATFORM_MAX_RUNNING = launch.MAX_RUNNING_REQUESTS
@@ -193,8 +197,15 @@ def lint_args(
         from soarpack.serve.patches import list_patches
 
         known_patches = list_patches()
-    for name in sorted(patched - set(known_patches)):
+    known_patches = set(known_patches)
+    for name in sorted(patched - known_patches):
         findings.append(_finding("unknown-patch", f"patch {name!r} is not in the patch set ({', '.join(sorted(known_patches))})"))
+    if patched:
+        from soarpack.serve.patches import missing_requirements
+
+        for name, missing in missing_requirements(sorted(patched & known_patches)):
+            findings.append(_finding("patch-requires", f"patch {name!r} is written on top of {', '.join(missing)}: "
+                                                       f"add {', '.join(missing)} to the patches"))
 
     quant = got.get("--quantization")
     dtype = got.get("--dtype", "auto")
@@ -235,10 +246,20 @@ def lint_args(
                                                               "(bf16 is hard-coded: 'query and key must have the same dtype')"))
         findings.append(_finding("fp16-accuracy", f"--dtype {dtype}: a peer's fp16 runs fell from 83.0 to 46.6 accuracy; serve bfloat16"))
 
-    if recipe is not None:
-        grid = recipe_grid(recipe)
+    grid = recipe_grid(recipe) if recipe is not None else None
+    if grid is not None and not grid.quantizes:
+        if quant in GPTQ_METHODS:
+            findings.append(_finding("quantization-recipe", f"--quantization {quant} with recipe {grid.name}, which quantizes "
+                                                            "nothing: the checkpoint is the original bf16 one, without the "
+                                                            "qweight a GPTQ method loads; use --quantization fp8 or none"))
+    elif grid is not None:
         if quant is None:
             findings.append(_finding("no-quantization", f"recipe {grid.name} is GPTQ; pass --quantization gptq_marlin so the kernel is certain"))
+        elif quant not in GPTQ_METHODS:
+            findings.append(_finding("quantization-recipe", f"--quantization {quant} with GPTQ recipe {grid.name}: the fork "
+                                                            "refuses a method that disagrees with the checkpoint's "
+                                                            "quantization_config; use --quantization gptq_marlin (or a "
+                                                            "recipe with method = \"none\" for online fp8)"))
         if quant in ("gptq_marlin", None):
             if not grid.sym:
                 findings.append(_finding("marlin-asym-recipe", f"recipe {grid.name} is asymmetric (sym = false); gptq_marlin serves sym only: "

@@ -40,6 +40,14 @@ class Patch:
     files: List[FileDiff]
 
     @property
+    def requires(self) -> List[str]:
+        """The patches this one is written on top of (a `Requires: a, b` line of its description)."""
+        for line in self.description.splitlines():
+            if line.lower().startswith("requires:"):
+                return [n.strip() for n in line.split(":", 1)[1].split(",") if n.strip()]
+        return []
+
+    @property
     def summary(self) -> str:
         for line in self.description.splitlines():
             if line.lower().startswith("concern:"):
@@ -142,7 +150,24 @@ def select_patches(names: Optional[Iterable[str]] = None, directory: Optional[Pa
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise ConfigError(f"unknown SGLang patch {unknown[0]!r}", "known patches: " + ", ".join(sorted(known)))
-    return [p for p in patches if p.name in wanted]  # apply order, not the caller's order
+    chosen = [p for p in patches if p.name in wanted]  # apply order, not the caller's order
+    for name, missing in missing_requirements(wanted, patches):
+        raise ConfigError(f"SGLang patch {name!r} is written on top of {', '.join(missing)}, which is not selected",
+                          f"select {', '.join(missing)} too (patches = [{', '.join(repr(n) for n in [*missing, name])}])")
+    return chosen
+
+
+def missing_requirements(names: Iterable[str], patches: Optional[Sequence[Patch]] = None) -> List[tuple]:
+    """(patch, [required patches not in `names`]) for each named patch whose `Requires:` are not all named."""
+    names = list(names)
+    patches = load_patches() if patches is None else patches
+    by_name = {p.name: p for p in patches}
+    out = []
+    for name in names:
+        missing = [r for r in (by_name[name].requires if name in by_name else []) if r not in names]
+        if missing:
+            out.append((name, missing))
+    return out
 
 
 # -- the tree -------------------------------------------------------------------------------------------------
