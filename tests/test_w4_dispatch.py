@@ -141,6 +141,36 @@ def test_dequant_from_marlins_layout_is_soarpacks_dequantization(block, bits):
     assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+def test_a_failing_dequantize_route_falls_back_to_marlin_once_and_for_all(block, monkeypatch, caplog):
+    """A Triton build the platform's GPU refuses must cost speed, not the request: Marlin from then on, logged once."""
+    import types
+
+    calls = []
+
+    def marlin(x, *args):
+        calls.append(x.shape[0])
+        return torch.zeros(x.shape[0], 320, dtype=x.dtype)
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("PTX .version 8.8 does not support .target sm_120a")
+
+    stub_torch = types.SimpleNamespace(ops=types.SimpleNamespace(sgl_kernel=types.SimpleNamespace(gptq_marlin_gemm=marlin)),
+                                       nn=torch.nn)
+    monkeypatch.setattr(block, "_sp_torch", stub_torch)
+    monkeypatch.setattr(block, "soarpack_marlin_dequant", refused)
+    monkeypatch.setattr(block, "SOARPACK_W4_DEQUANT_FAILED", [])
+    x = torch.randn(4096, 384, dtype=torch.bfloat16)
+    with caplog.at_level("WARNING", logger="sglang.soarpack"):
+        first = block.soarpack_w4_gemm(x, None, None, None, None, None, None, 0, 4, 320, 384, True, False, True,
+                                       route="dequant")
+        again = block.soarpack_w4_gemm(x, None, None, None, None, None, None, 0, 4, 320, 384, True, False, True,
+                                       route="dequant")
+    assert first.shape == again.shape == (4096, 320) and calls == [4096, 4096]
+    assert block.SOARPACK_W4_DEQUANT_FAILED == ["RuntimeError: PTX .version 8.8 does not support .target sm_120a"]
+    warnings = [r.getMessage() for r in caplog.records if "dequantize route failed" in r.getMessage()]
+    assert len(warnings) == 1 and "Marlin serves every M" in warnings[0]
+
+
 def test_the_dispatch_takes_only_symmetric_group128_layers(block):
     empty = torch.empty(0, dtype=torch.int32)
     s = torch.ones(32, 4096, dtype=torch.bfloat16)
