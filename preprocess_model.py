@@ -45,6 +45,8 @@ def load_manifest() -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise Failure(f"cannot read the bundle manifest {path}: {exc}") from exc
+    except RecursionError:  # nested deeper than the parser recurses: no manifest soarpack writes
+        raise Failure(f"cannot read the bundle manifest {path}: it is nested too deep to be a manifest") from None
 
 
 def validate_input(path: Path) -> None:

@@ -158,7 +158,91 @@ def fixtures(work: Path) -> dict:
         f["fork"] = str(work / "fork" / "python")
     file_cache = write("cachefile", "not a folder\n")
     f["cachefile"] = str(file_cache)
+    fixtures_39b(work, f, write, tree, manifest, good)
     return f
+
+
+# A launch_server stand-in whose child ignores SIGTERM (the leader obeys it), and never gets healthy.
+STUBBORN_LAUNCH_SERVER = r'''
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "while True: time.sleep(1)\n", os.environ["STUBBORN_PIDFILE"]])
+while True:
+    time.sleep(1)
+'''
+
+
+def fixtures_39b(work: Path, f: dict, write, tree: Path, manifest: dict, good) -> None:
+    """Issue 39, part B: results with a subnormal duration, a NaN or non-numeric accuracy, deep JSON, an eval and a
+    bench of different models under one label; MANIFESTs with format 1.0/true, NaN or negative calibration
+    counts, extra_args against the record, deep JSON; a profile with --port; deep and huge-row recipes; a
+    SIGTERM-ignoring server child; a tmpfs to fill (where `unshare -rm` works)."""
+    import math
+    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.bundle.tarpack import write_tarball
+
+    def bench(durations, **top):
+        tiers = {t: {"failed": 0, "short_outputs": 0, "duration_s": d} for t, d in durations.items()}
+        return json.dumps({"kind": "soarpack.bench", "version": 2, "tiers": tiers, **top})
+
+    def evaluation(overall):
+        return json.dumps({"kind": "soarpack.eval", "complete": True, "overall_accuracy": overall, "scored": 1,
+                           "total": 1})
+
+    ours = {"s1": 10.0, "s8": 20.0, "smax": 30.0}
+    write("b39_ours.json", bench(ours))
+    write("b39_sub.json", bench({**ours, "s1": 5e-324}))
+    write("e39_nan.json", evaluation(math.nan))
+    write("e39_str.json", evaluation("high"))
+    deep = "[" * 100_000 + "]" * 100_000
+    write("deep.json", deep)
+    run_eval(EvalConfig(api_base=good.url, data=Path(f["data_jsonl"]), output=work / "e39_mine.json", label="mine"))
+    f["e39_mine"] = str(work / "e39_mine.json")
+    write("b39_other.json", bench(ours, model="sala-bf16", api_base="http://10.0.0.9:30000",
+                                  measured={"label": "mine", "served_model": {"id": "sala-bf16", "root": "/m"}}))
+    edits = {
+        "m39_fmt10": lambda m: m.update(format=1.0),
+        "m39_fmttrue": lambda m: m.update(format=True),
+        "m39_calnan": lambda m: m["quantize"]["calibration"].update(rows_asked=math.nan),
+        "m39_calneg": lambda m: m["quantize"]["calibration"]["sources"][0].update(rows=-1),
+        "m39_extra8": lambda m: m["quantize"].update(extra_args=["--rows", "8"]),
+    }
+    for name, edit in edits.items():
+        edited = json.loads(json.dumps(manifest))
+        edit(edited)
+        (tree / "MANIFEST.json").write_text(json.dumps(edited))
+        f[name] = str(write_tarball(tree, work / f"{name}.tar.gz"))
+    (tree / "MANIFEST.json").write_text(deep)
+    f["m39_deep"] = str(write_tarball(tree, work / "m39_deep.tar.gz"))
+    (tree / "MANIFEST.json").write_text(json.dumps(manifest))
+    write("port.toml", 'recipe = "w4-mlp"\n[serve]\nargs = ["--quantization", "gptq_marlin", "--attention-backend", '
+                       '"minicpm_flashinfer", "--cuda-graph-max-bs", "32", "--port", "8000"]\n'
+                       '[[evidence]]\nkind = "none"\nsource = "sweep"\nsummary = "nothing measured"\n')
+    write("deep.toml", '[quant]\nname = "deep"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    write("many.toml", '[quant]\nname = "many"\nbits = 4\ngroup_size = 128\nsym = true\n'
+                       '[calibration]\nrows = 100000000\n')
+    rows = "".join(json.dumps({"task": t, "text": f"row {i} " + "word " * 30}) + "\n"
+                   for i, t in enumerate(("niah", "qa", "mcq")))
+    write("cal39.JSONL", rows)
+    write("cal39.ndjson", rows)
+    standin = work / "standin" / "sglang"
+    standin.mkdir(parents=True)
+    (standin / "__init__.py").write_text("")
+    (standin / "launch_server.py").write_text(STUBBORN_LAUNCH_SERVER)
+    f["standin_path"] = os.pathsep.join([str(standin.parent), os.environ.get("PYTHONPATH", "")])
+    f["py"] = sys.executable
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on, for the stand-in server that never gets healthy
+        sock.bind(("127.0.0.1", 0))
+        f["port39"] = str(sock.getsockname()[1])
+    for name in ("tt", "tt4", "dot", "nb"):
+        (work / name).mkdir()
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0:
+        f["unshare"] = "unshare -rm"  # a private mount namespace: a small tmpfs to fill, as root of its own
 
 
 # (id, command, surface, case, argv or a bash line (str), expected exit code, words the output must hold (a word
@@ -262,6 +346,40 @@ CASES = [
     ("W1", "wheels fetch", "env SOARPACK_CACHE", "a file", ["wheels", "fetch"], 2, ["cachefile", "SOARPACK_CACHE"], {"SOARPACK_CACHE": "{cachefile}"}),
     ("W2", "wheels fetch", "env XDG_CACHE_HOME", "a file", ["wheels", "fetch"], 2, ["cachefile"], {"XDG_CACHE_HOME": "{cachefile}", "SOARPACK_CACHE": ""}),
     ("W3", "wheels fetch", "env HOME", "a file, no other cache variable", ["wheels", "fetch"], 2, ["cachefile"], {"HOME": "{cachefile}", "XDG_CACHE_HOME": "", "SOARPACK_CACHE": ""}),
+    # issue 39, part B
+    ("R39a", "score", "--best-s1", "a best time slower than ours (S capped at 100, said)", ["score", "--ours", "{b39_ours_json}", "--best-s1", "20", "--best-s8", "20", "--best-smax", "30"], 0, ["S capped at 100 for s1"], {}),
+    ("R39b", "score", "--ours", "a subnormal duration", ["score", "--ours", "{b39_sub_json}", "--best-s1", "5", "--best-s8", "5", "--best-smax", "5"], 2, ["s1 duration_s is not a positive finite number"], {}),
+    ("R39c", "score", "--best-s1", "a subnormal best time", ["score", "--ours", "{b39_ours_json}", "--best-s1", "5e-324", "--best-s8", "5", "--best-smax", "5"], 2, ["best duration for s1 is not a positive finite number"], {}),
+    ("R39d", "score", "--eval", "overall_accuracy NaN", ["score", "--ours", "{b39_ours_json}", "--eval", "{e39_nan_json}", "--best-s1", "10", "--best-s8", "20", "--best-smax", "30"], 2, ["overall_accuracy is nan"], {}),
+    ("R39e", "score", "--eval", "overall_accuracy a string", ["score", "--ours", "{b39_ours_json}", "--eval", "{e39_str_json}", "--best-s1", "10", "--best-s8", "20", "--best-smax", "30"], 2, ["overall_accuracy is 'high'"], {}),
+    ("R39f", "score", "--ours", "JSON nested 100,000 deep", ["score", "--ours", "{deep_json}", "--best-s1", "1", "--best-s8", "1", "--best-smax", "1"], 2, ["nested too deep"], {}),
+    ("E39a", "eval", "-o", "an existing output of JSON nested 100,000 deep", ["eval", "--api-base", "{api}", "--data", "{data_jsonl}", "-o", "{deep_json}"], 2, ["exists but is not JSON"], {}),
+    ("M39a", "compare", "RESULTS", "eval and bench of different models under one label", ["compare", "{e39_mine}", "{b39_other_json}"], 0, ["joins results of different served models"], {}),
+    ("M39b", "compare", "RESULTS", "overall_accuracy NaN", ["compare", "{e39_nan_json}"], 2, ["overall_accuracy is nan"], {}),
+    ("M39c", "compare", "RESULTS", "JSON nested 100,000 deep", ["compare", "{deep_json}"], 2, ["deep.json"], {}),
+    ("I39a", "inspect", "archive member MANIFEST.json", "format 1.0", ["inspect", "{m39_fmt10}"], 2, ["format 1.0 is not one"], {}),
+    ("I39b", "inspect", "archive member MANIFEST.json", "format true", ["inspect", "{m39_fmttrue}"], 2, ["format True is not one"], {}),
+    ("I39c", "inspect", "archive member MANIFEST.json", "calibration rows_asked NaN", ["inspect", "{m39_calnan}"], 2, ["calibration", "rows_asked"], {}),
+    ("I39d", "inspect", "archive member MANIFEST.json", "a calibration source of -1 rows", ["inspect", "{m39_calneg}"], 2, ["calibration", "rows"], {}),
+    ("I39e", "inspect", "archive member MANIFEST.json", "JSON nested 100,000 deep", ["inspect", "{m39_deep}"], 2, ["nested too deep"], {}),
+    ("K39a", "check", "archive member MANIFEST.json", "extra_args --rows 8 against the 256 recorded", ["check", "{m39_extra8}", "--no-rehearse"], 1, ["FAIL structure", "--rows 8"], {}),
+    ("K39b", "check", "(no BUNDLE)", "an older bundle with a future mtime beside a new one", "cd {w}/nb && cp {bundle} soarpack-a-old.tar.gz && touch -d '+1 day' soarpack-a-old.tar.gz && cp {bundle} soarpack-b-new.tar.gz && python -m soarpack check --no-rehearse", 2, ["which is newest is unclear"], {}),
+    ("A39a", "args", "PROFILE", "a profile that sets --port (ours wins: an error)", ["args", "{port_toml}"], 2, ["platform-flag-wins", "ours wins"], {}),
+    ("A39b", "args", "PROFILE", "TOML nested 100,000 deep", ["args", "{deep_toml}"], 2, ["nested more than 64 levels"], {}),
+    ("Q39a", "quantize", "--recipe", "TOML nested 100,000 deep", ["quantize", "{tiny}", "{w}/q39a", "--recipe", "{deep_toml}"], 2, ["nested more than 64 levels"], {}),
+    ("Q39b", "quantize", "OUT", "the current folder, --force", "cd {w}/dot && python -m soarpack quantize {tiny} . --force --rows 8 --max-len 64", 2, ["is the current folder"], {}),
+    ("Q39c", "quantize", "--log", "a full disk (a 4 KiB tmpfs)", "{unshare} sh -c 'mount -t tmpfs -o size=4k tmpfs {w}/tt4 && python -m soarpack quantize {tiny} {w}/q39c --log {w}/tt4/q.log --rows 8 --max-len 64'", 2, ["no space left on the device"], {}),
+    ("Q39d", "quantize", "--rows", "100,000,000 built-in rows", ["quantize", "{tiny}", "{w}/q39d", "--rows", "100000000"], 2, ["would not fit in one calibration file"], {}),
+    ("C39a", "calib", "FILE", "cal39.JSONL, 3 rows counted as 3", ["calib", "{cal39_JSONL}", "--model-dir", "{tok}", "--max-len", "64"], 0, ["cal39.JSONL (3 rows)"], {}),
+    ("C39b", "calib", "-n", "100,000,000 built-in rows", ["calib", "--model-dir", "{tok}", "-n", "100000000", "--max-len", "64"], 2, ["would not fit in one calibration file"], {}),
+    ("B39a", "build", "-n", "100,000,000 built-in rows", ["build", "--no-wheels", "-n", "100000000", "-o", "{w}/b39a.tar.gz"], 2, ["would not fit in one calibration file"], {}),
+    ("B39b", "build", "--recipe", "[calibration] rows = 100,000,000", ["build", "--no-wheels", "--recipe", "{many_toml}", "-o", "{w}/b39b.tar.gz"], 2, ["recipe many's [calibration]"], {}),
+    ("B39c", "build", "--calib", "cal39.ndjson, -n 3: no false calib-short", "python -m soarpack build --no-wheels --calib {cal39_ndjson} -n 3 -o {w}/b39c.tar.gz >/dev/null && python -m soarpack inspect {w}/b39c.tar.gz --json | {py} -c \"import json, sys; r = [x['name'] for x in json.load(sys.stdin)['risks']]; print('risks:', r); sys.exit(3 if 'calib-short' in r else 0)\"", 0, ["risks:"], {}),
+    ("B39d", "build", "--profile", "a profile that sets --port", ["build", "--no-wheels", "--profile", "{port_toml}", "-o", "{w}/b39d.tar.gz"], 2, ["platform-flag-wins"], {}),
+    ("H39a", "rehearse-server", "--ready-timeout", "nan", ["rehearse-server", "{tiny}", "--data", "{data_jsonl}", "--ready-timeout", "nan", "-o", "{w}/h39a"], 2, ["--ready-timeout nan is not a time"], {}),
+    ("H39b", "rehearse-server", "--max-tokens", "1", ["rehearse-server", "{tiny}", "--data", "{data_jsonl}", "--max-tokens", "1", "-o", "{w}/h39b"], 2, ["--max-tokens 1 is below"], {}),
+    ("H39c", "rehearse-server", "SIGTERM", "a server child that ignores SIGTERM is killed too", "rm -f {w}/child.pid; python -m soarpack rehearse-server {tiny} --data {data_jsonl} --ready-timeout 300 --port {port39} -o {w}/h39c & pid=$!; for i in $(seq 600); do [ -s {w}/child.pid ] && break; sleep 0.1; done; if ! [ -s {w}/child.pid ]; then kill $pid; echo 'the stand-in server never started'; exit 4; fi; kill -TERM $pid; wait $pid; for i in $(seq 100); do kill -0 $(cat {w}/child.pid) 2>/dev/null || break; sleep 0.1; done; if kill -0 $(cat {w}/child.pid) 2>/dev/null && ! grep -q '^State:.Z' /proc/$(cat {w}/child.pid)/status; then kill -9 $(cat {w}/child.pid); echo 'a server child still runs'; exit 3; fi; echo 'server child gone'", 0, ["server child gone"], {"PYTHONPATH": "{standin_path}", "STUBBORN_PIDFILE": "{w}/child.pid", "_timeout_s": "150"}),
+    ("G39a", "sglang apply", "-o", "a full disk (a 1 MiB tmpfs)", "{unshare} sh -c 'mount -t tmpfs -o size=1m tmpfs {w}/tt && python -m soarpack sglang apply --sglang-src {fork} -o {w}/tt/out'", 2, ["no space left on the device"], {}),
 ]
 
 
@@ -438,19 +556,22 @@ def _limit():
 
 def run_case(case, fx: dict, python: str) -> dict:
     cid, command, surface, what, argv, code, words, env_over = case
-    if "{fork}" in json.dumps(argv) and "fork" not in fx:
-        return {"id": cid, "command": command, "surface": surface, "case": what, "expected": code, "rc": None,
-                "observed": "not run (no fork archive beside the checkout)", "seconds": 0, "last": ""}
+    for needs, why in (("fork", "no fork archive beside the checkout"), ("unshare", "`unshare -rm` (a private tmpfs) is not allowed here")):
+        if "{" + needs + "}" in json.dumps(argv) and needs not in fx:
+            return {"id": cid, "command": command, "surface": surface, "case": what, "expected": code, "rc": None,
+                    "observed": f"not run ({why})", "seconds": 0, "last": ""}
     env = dict(os.environ)
+    timeout_s = int(env_over.get("_timeout_s", TIMEOUT_S))  # a case that waits out a 30 s grace needs longer
     for key, value in env_over.items():
-        env[key] = value.format(**fx)
+        if not key.startswith("_"):
+            env[key] = value.format(**fx)
     if isinstance(argv, str):
         cmd = ["bash", "-c", argv.format(**fx).replace("python -m soarpack", f"{python} -m soarpack")]
     else:
         cmd = [python, "-m", "soarpack", *[a.format(**fx) for a in argv]]
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=_limit, env=env,
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, preexec_fn=_limit, env=env,
                               cwd=fx["w"], errors="replace")
         rc, out = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:

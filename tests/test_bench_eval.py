@@ -6,7 +6,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from soarpack.serve.fake_server import ChatReply, FakeSGLang
+from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang
 from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
@@ -78,20 +78,25 @@ def test_request_shape_is_the_platforms(tmp_path):
 def test_no_more_than_n_requests_in_flight(tmp_path):
     rows = [{"task": "niah", "question": f"q{i}", "gold": ["x"]} for i in range(24)]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
-    with FakeSGLang(chat=lambda q: ChatReply("</think>x", delay_s=0.05)) as server:
+    # The first 5 rows (sent first) are held by the server until 5 requests are in flight, its own count rather
+    # than a delay: the cap is reached however slow the machine is; the rest are answered at once.
+    first = {f"q{i}" for i in range(5)}
+    reply = lambda q: ChatReply("</think>x", hold_until_in_flight=5 if q in first else 0)  # noqa: E731
+    with FakeSGLang(chat=reply) as server:
         run_eval(EvalConfig(api_base=server.url, data=data, output=None, concurrency=5))
         assert server.max_in_flight["chat"] == 5  # reached, never exceeded
         assert len(server.chat_bodies) == 24
 
 
 def test_timeout_and_server_error_score_zero_and_the_run_continues(tmp_path):
-    replies = {"slow": ChatReply("</think>x", delay_s=3.0), "broken": ChatReply("x", status=500)}
+    # The slow reply is held until the server stops (MAX_HOLD_S at most): uncut, the run could not end before it.
+    replies = {"slow": ChatReply("</think>x", delay_s=MAX_HOLD_S), "broken": ChatReply("x", status=500)}
     rows = [{"task": "niah", "question": q, "gold": ["x"]} for q in ("ok1", "slow", "broken", "ok2")]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     with FakeSGLang(chat=lambda q: replies.get(q, ChatReply("</think>x"))) as server:
         start = time.perf_counter()
         report = run_eval(EvalConfig(api_base=server.url, data=data, output=tmp_path / "o.json", concurrency=2, timeout_s=0.5))
-        assert time.perf_counter() - start < 2.5
+        assert time.perf_counter() - start < MAX_HOLD_S  # cut by the timeout, not by the reply (a causal bound)
     assert [r["score"] for r in report["rows"]] == [1.0, 0.0, 0.0, 1.0]
     errors = {e["index"]: e["error"] for e in report["errors"]}
     assert "timeout" in errors[1] and "HTTP 500" in errors[2]

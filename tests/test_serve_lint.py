@@ -49,6 +49,7 @@ CASES = {
     "no-attention-backend": ("--quantization gptq_marlin --dtype bfloat16", BASE, {}),
     "cuda-graph-bs": (BASE.replace("--cuda-graph-max-bs 32", "--cuda-graph-max-bs 8"), BASE, {}),
     "platform-override": (f"{BASE} --max-running-requests 16", f"{BASE} --max-prefill-tokens 16384", {}),
+    "platform-flag-wins": (f"{BASE} --port 8000", f"{BASE} --max-prefill-tokens 16384", {}),
     "mem-fraction-range": (f"{BASE} --mem-fraction-static 7", f"{BASE} --mem-fraction-static 0.85", {}),
     "unknown-patch": (BASE, BASE, {"patched": {"fp9-kv"}, "patched_ok": {"fp8-kv-query"}}),
     "patch-requires": (BASE, BASE, {"patched": {"fp8-prefill"}, "patched_ok": {"w4-dispatch", "fp8-prefill"}}),

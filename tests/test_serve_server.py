@@ -217,7 +217,8 @@ def test_sigterm_while_the_server_starts_stops_the_server_too(tiny_model_dir, pu
 
 
 def test_progress_lines_while_waiting(standin_env, tmp_path, monkeypatch):
-    monkeypatch.setattr(S, "PROGRESS_EVERY_S", 0.5)
+    # every poll says where the wait stands: the first one comes long before the 1.6 s timeout, whatever the load
+    monkeypatch.setattr(S, "PROGRESS_EVERY_S", 0.0)
     env = dict(standin_env, FAKE_SGLANG_MODE="never")
     lines = []
     cmd = S.launch_command(tmp_path, [], _free_port())

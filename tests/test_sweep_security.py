@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
+from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang, GenerateScript
 from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.bench.client import make_client, stream_generate
 from soarpack.bench.evaluate import EvalConfig, run_eval
@@ -359,7 +359,8 @@ def test_case_4_a_trickling_reply_is_cut_at_the_deadline(tmp_path):
         elapsed = time.monotonic() - started
     assert result.exit_code == 1, result.output  # incomplete: the row failed
     _row = json.loads((tmp_path / "e.json").read_text())["rows"][0]
-    assert elapsed < 8, (elapsed, _row["error"], _row["latency_s"], result.output)
+    # uncut, the reply trickles until the server drops it after MAX_HOLD_S: a causal bound, not a speed
+    assert elapsed < MAX_HOLD_S, (elapsed, _row["error"], _row["latency_s"], result.output)
     row = json.loads((tmp_path / "e.json").read_text())["rows"][0]
     assert row["error"] == "deadline: no complete reply within 2 s" and row["score"] == 0
     assert EvalConfig(api_base="http://x", data=data).deadline_s is None  # off by default: rows score as on the platform
@@ -375,7 +376,7 @@ def test_case_4_a_slow_stream_is_cut_at_the_bench_deadline(tmp_path, tokenizer_d
         elapsed = time.monotonic() - started
     tier = report["tiers"]["s1"]
     assert tier["failed"] == 1 and tier["errors"] == ["deadline: no complete reply within 2 s"]
-    assert elapsed < 8, elapsed
+    assert elapsed < 19 * 1.0, elapsed  # uncut, the 20 tokens take 19 gaps of 1 s: a causal bound, not a speed
 
 
 def test_case_4_bodies_lines_and_ids_are_bounded(tmp_path, monkeypatch, tokenizer_dir):

@@ -1,14 +1,20 @@
-"""The competition's final score (SALA.md §2): (0.4·S1 + 0.3·S8 + 0.3·Smax) × C, S_tier = 100 × best / ours."""
+"""The competition's final score (SALA.md §2): (0.4·S1 + 0.3·S8 + 0.3·Smax) × C, S_tier = 100 × best / ours.
+
+A tier's best time is the fastest on the leaderboard, and the leaderboard holds ours once we submit: a best time
+slower than ours means ours would be the best, so S is 100 there, never more (`tier_score` caps it and
+`final_score` says which tiers it capped). Result files are read as soarpack wrote them: a duration, an accuracy
+or a row score that is not a finite number in its range is refused with the file and the field, never scored.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.scoring import c_factor
+from soarpack.bench.scoring import c_factor, overall_accuracy
 from soarpack.bench.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 from soarpack.facts import scoring as platform_scoring
@@ -20,6 +26,10 @@ BEST_TIME_MEANS = ("a tier's best time is the shortest benchmark duration any te
                    "leaderboard (S = 100 x best / ours)")
 BEST_TIME_FROM = ("read each tier's best duration off the leaderboard (the board was re-scored when the hidden "
                   "speed set changed, so take today's figures)")
+# No bench tier over HTTP ends within a microsecond: a shorter duration is a damaged or hand-made number (a
+# subnormal one would make S infinite).
+MIN_DURATION_S = 1e-6
+DAMAGED = "pass the -o file of `soarpack {what}` as it wrote it (a hand-edited or damaged result cannot be scored)"
 
 
 def read_result(path: Path, kind: str, what: str) -> dict:
@@ -33,6 +43,9 @@ def read_result(path: Path, kind: str, what: str) -> dict:
         raise InputDataError(f"{path} is not JSON (not UTF-8 text)", f"pass the JSON that soarpack {what} wrote") from None
     except json.JSONDecodeError as exc:
         raise InputDataError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})", f"pass the JSON that soarpack {what} wrote") from None
+    except RecursionError:  # JSON nested deeper than Python's parser recurses: no result of ours
+        raise InputDataError(f"{path} is not a soarpack {what} result (JSON nested too deep to read)",
+                             f"pass the -o file of `soarpack {what}`") from None
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise InputDataError(f"{path} is not a soarpack {what} result", f"pass the -o file of `soarpack {what}`")
     return data
@@ -58,26 +71,81 @@ def durations_from_bench(path: Path) -> Dict[str, float]:
             raise InputDataError(f"{path}: tier {name} had {tier['long_outputs']} request(s) whose server claimed more "
                                  f"tokens than asked (e.g. {', '.join(tier.get('long_examples', [])[:3])})",
                                  "its duration is not comparable; does the server honour max_new_tokens?")
-        try:
-            durations[name] = float(tier["duration_s"])
-        except (KeyError, TypeError, ValueError):
-            raise InputDataError(f"{path}: tier {name} has no duration_s", "pass the -o file of `soarpack bench`") from None
+        if "duration_s" not in tier:
+            raise InputDataError(f"{path}: tier {name} has no duration_s", "pass the -o file of `soarpack bench`")
+        durations[name] = checked_duration(tier["duration_s"], f"{path}: tier {name} duration_s",
+                                           DAMAGED.format(what="bench"))
     return durations
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number (int or float, never a bool) that is finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked_number(value: Any, what: str, low: float, high: float, hint: str) -> float:
+    """`value` as a float when it is a finite number in [low, high]; else one line naming `what` and the value."""
+    if not is_number(value) or not low <= value <= high:
+        raise InputDataError(f"{what} is {_shown(value)}, not a number from {low:g} to {high:g}", hint)
+    return float(value)
+
+
+def checked_duration(value: Any, what: str, hint: str = "durations are seconds > 0") -> float:
+    """A duration in seconds: a finite number of at least MIN_DURATION_S."""
+    if not is_number(value) or value < MIN_DURATION_S:
+        raise InputDataError(f"{what} is not a positive finite number ({_shown(value)}; a duration is seconds, at "
+                             f"least {MIN_DURATION_S:g})", hint)
+    return float(value)
+
+
+def eval_accuracies(data: dict, path: Path) -> Tuple[float, Optional[float]]:
+    """(overall_accuracy, ori_accuracy or None) of an eval result, each a finite number in [0, 100] and the two
+    agreeing as the platform derives one from the other; a file that breaks any of that is refused."""
+    hint = DAMAGED.format(what="eval")
+    if "overall_accuracy" not in data:
+        raise InputDataError(f"{path} has no overall_accuracy", hint)
+    overall = checked_number(data["overall_accuracy"], f"{path}: overall_accuracy", 0.0, 100.0, hint)
+    ori = None
+    if "ori_accuracy" in data:
+        ori = checked_number(data["ori_accuracy"], f"{path}: ori_accuracy", 0.0, 100.0, hint)
+        if abs(overall_accuracy(ori) - overall) > 0.011:  # both are rounded to 2 decimals
+            raise InputDataError(f"{path}: overall_accuracy {overall:g} is not what ori_accuracy {ori:g} gives "
+                                 f"({overall_accuracy(ori):g})", hint)
+    return overall, ori
 
 
 def overall_from_eval(path: Path) -> float:
     """overall_accuracy of a complete `soarpack eval` JSON."""
     data = read_result(path, EVAL_KIND, "eval")
-    if not data.get("complete"):
-        raise InputDataError(f"{path} is incomplete: {data.get('scored')} of {data.get('total')} rows scored, "
-                             f"{data.get('failed', 0)} of them failed requests",
+    if data.get("complete") is not True:
+        raise InputDataError(f"{path} is incomplete: {_shown(data.get('scored'))} of {_shown(data.get('total'))} rows "
+                             f"scored, {_shown(data.get('failed', 0))} of them failed requests",
                              "finish it: run the same soarpack eval again, it resumes")
-    return float(data["overall_accuracy"])
+    return eval_accuracies(data, path)[0]
 
 
 def tier_score(best_s: float, ours_s: float) -> float:
-    """S of one tier: 100 × best / ours (100 when ours is the best)."""
-    return round(100.0 * best_s / ours_s, 4)
+    """S of one tier: 100 × best / ours, at most 100: the leaderboard's best includes ours, so a best time slower
+    than ours means ours is the best."""
+    return round(min(100.0, 100.0 * best_s / ours_s), 4)
+
+
+def capped_tiers(ours: Dict[str, float], best: Dict[str, float]) -> List[str]:
+    """The tiers whose given best time is slower than ours (S capped at 100)."""
+    return [t for t in TIER_WEIGHTS if t in ours and t in best and best[t] > ours[t]]
+
+
+def capped_note(tiers: Sequence[str], ours: Dict[str, float], best: Dict[str, float]) -> str:
+    """One line saying which tiers' S was capped at 100, and why."""
+    each = ", ".join(f"{t} ours {ours[t]:.6g} s < best {best[t]:.6g} s" for t in tiers)
+    return (f"S capped at 100 for {', '.join(tiers)}: our time beats the best time given ({each}); the "
+            "leaderboard's best includes ours, so there ours would be the best (check the best times if that is "
+            "not expected)")
 
 
 def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optional[float]) -> dict:
@@ -93,13 +161,14 @@ def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optiona
         raise InputDataError(f"our bench has no {', '.join(missing_ours)} tier",
                              "bench all three tiers: soarpack bench --s1 F --s8 F --smax F")
     for side, values in (("ours", ours), ("best", best)):
-        bad = [t for t in TIER_WEIGHTS if not (math.isfinite(values[t]) and values[t] > 0)]
-        if bad:
-            raise InputDataError(f"{side} duration for {', '.join(bad)} is not a positive finite number",
-                                 "durations are seconds > 0")
+        for t in TIER_WEIGHTS:
+            checked_duration(values[t], f"{side} duration for {t}")
+    if overall is not None:
+        overall = checked_number(overall, "overall_accuracy", 0.0, 100.0, "an accuracy is a number from 0 to 100")
     tiers = {t: tier_score(best[t], ours[t]) for t in TIER_WEIGHTS}
     speed = sum(TIER_WEIGHTS[t] * tiers[t] for t in TIER_WEIGHTS)
     c = 1.0 if overall is None else c_factor(overall)
+    capped = capped_tiers(ours, best)
     return {
         "ours_s": {t: ours[t] for t in TIER_WEIGHTS},
         "best_s": {t: best[t] for t in TIER_WEIGHTS},
@@ -109,4 +178,6 @@ def final_score(ours: Dict[str, float], best: Dict[str, float], overall: Optiona
         "c_factor": c,
         "c_assumed": overall is None,
         "final_score": round(speed * c, 4),
+        "capped": capped,
+        "notes": [capped_note(capped, ours, best)] if capped else [],
     }

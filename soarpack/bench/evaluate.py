@@ -112,7 +112,7 @@ def load_eval_rows(path: Path, num_samples: Optional[int] = None) -> List[dict]:
 def _read_previous(output: Path) -> dict:
     try:
         previous = json.loads(read_bytes_capped(output, "eval output", MAX_RESULT_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep to read
         raise InputDataError(f"{output} exists but is not JSON", "delete it or choose another -o") from None
     except OSError as exc:
         raise InputDataError(f"{output} cannot be read ({exc.strerror or exc})", "choose another -o") from None

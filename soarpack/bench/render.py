@@ -79,3 +79,5 @@ def print_score(console: Console, result: dict, tiers: Sequence[str] = ("s1", "s
     acc = "not given, C = 1 assumed" if result["c_assumed"] else f"{result['overall_accuracy']:.2f}"
     console.print(f"speed score {result['speed_score']:.2f}   overall_accuracy {acc}   C {result['c_factor']:g}"
                   f"   final [bold]{result['final_score']:.2f}[/]")
+    for note in result.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)

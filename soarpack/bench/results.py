@@ -115,6 +115,8 @@ class ScoreResult:
     c_factor: float
     c_assumed: bool  # no eval given: C = 1 was assumed
     final_score: float
+    capped: List[str] = field(default_factory=list)  # tiers whose best time was slower than ours: S capped at 100
+    notes: List[str] = field(default_factory=list)  # what the score had to decide (a capped tier), one line each
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

@@ -75,7 +75,11 @@ def overall_accuracy(ori: float) -> float:
 
 
 def c_factor(overall: float) -> float:
-    """The competition's accuracy multiplier, a step function of overall (soarpack.facts.scoring.C_STEPS)."""
+    """The competition's accuracy multiplier, a step function of overall (soarpack.facts.scoring.C_STEPS).
+    A NaN compares false with every bound and would get full credit: it is refused (ValueError), as is anything
+    that is not a number."""
+    if isinstance(overall, bool) or not isinstance(overall, (int, float)) or math.isnan(overall):
+        raise ValueError(f"overall accuracy {overall!r} is not a number")
     for bound, c in platform_scoring.C_STEPS:
         if overall <= bound:
             return c

@@ -76,12 +76,45 @@ def default_output(profile_name: str, recipe_name: str, digest: str) -> Path:
     return Path(f"soarpack-{clean(profile_name)}-{clean(recipe_name)}-{digest[:8]}.tar.gz")
 
 
-def newest_bundle(folder: Path = Path(".")) -> Path:
-    """The most recently written soarpack-*.tar.gz in `folder` (what `check` and `inspect` take by default)."""
-    found = sorted(folder.glob(DEFAULT_NAME_GLOB), key=lambda p: p.stat().st_mtime)
+FUTURE_SLACK_S = 2.0  # a modification time further ahead of the clock than this was set, not written
+
+
+def newest_bundle(folder: Path = Path("."), now: Optional[float] = None) -> Path:
+    """The most recently written soarpack-*.tar.gz in `folder` (what `check` and `inspect` take by default).
+
+    A bundle records no build time (the same inputs give the same bytes), so its file times decide, and only
+    when they agree: the newest by modification time must also be the newest by status-change time (which no
+    tool sets back or ahead: a copy with `cp -p`, `touch -d` or an unpacked archive moves only the former), and no
+    candidate's modification time may lie in the future. Otherwise which bundle is newest is ambiguous: refused,
+    naming the candidates, rather than guessed."""
+    import time
+
+    found = []
+    for path in folder.glob(DEFAULT_NAME_GLOB):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            found.append((path, st.st_mtime, st.st_ctime))
     if not found:
         raise ConfigError(f"no {DEFAULT_NAME_GLOB} in {folder.resolve()}", "run soarpack build first, or pass BUNDLE")
-    return found[-1]
+    if len(found) == 1:
+        return found[0][0]
+    now = time.time() if now is None else now
+    by_mtime = sorted(found, key=lambda f: f[1])
+    by_ctime = sorted(found, key=lambda f: f[2])
+    future = [f[0].name for f in found if f[1] > now + FUTURE_SLACK_S]
+    tie = by_mtime[-1][1] == by_mtime[-2][1]
+    why = (f"{', '.join(future)} {'has' if len(future) == 1 else 'have'} a modification time in the future" if future
+           else "two have the same modification time" if tie
+           else f"{by_mtime[-1][0].name} was modified last but {by_ctime[-1][0].name} was written last"
+           if by_mtime[-1][0] != by_ctime[-1][0] else None)
+    if why:
+        names = ", ".join(sorted(f[0].name for f in found))
+        raise ConfigError(f"{len(found)} bundles in {folder.resolve()} and which is newest is unclear: {why} "
+                          f"({names})", "pass BUNDLE, the .tar.gz to use")
+    return by_mtime[-1][0]
 
 
 def _copy_sources(stage: Path) -> None:
@@ -122,16 +155,22 @@ def _calibration(stage: Path, calib: Sequence[Path], rows: Optional[int], rec: A
     from soarpack.quant.calibinfo import file_rows
     from soarpack.quant.options import HELD_OUT_ROWS, CalibrationOverrides, resolve_calibration
 
+    from soarpack.quant.calib import check_builtin_rows
+
     out_dir = stage / layout.CALIB_DIR
     out_dir.mkdir()
-    settings, _ = resolve_calibration(CalibrationOverrides(rows=rows if rows is not None else asked_rows),
-                                      rec.calibration)
+    settings, written_by = resolve_calibration(CalibrationOverrides(rows=rows if rows is not None else asked_rows),
+                                               rec.calibration)
     # only build --rows reaches the platform's quantize (as MANIFEST quantize.extra_args)
     asked, asked_by = resolve_calibration(CalibrationOverrides(rows=asked_rows), rec.calibration)
+    if not calib:  # refused before anything is generated when it cannot fit in the one file quantize reads
+        who = {"cli": "build --rows" if rows is None else "calib_rows", "recipe": f"recipe {rec.name}'s [calibration]",
+               "default": "soarpack's default"}[written_by["rows"]]
+        check_builtin_rows(settings.rows, settings.seed, settings.max_len, who)
     write_builtin_calibration(out_dir / "heldout.jsonl", HELD_OUT_ROWS, settings.seed, settings.max_len, held_out=True)
     held_out = [f"{layout.CALIB_DIR}/heldout.jsonl"]
     if not calib:
-        write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len)
+        write_builtin_calibration(out_dir / "builtin.jsonl", settings.rows, settings.seed, settings.max_len, asked=who)
         names = [f"{layout.CALIB_DIR}/builtin.jsonl"]
     else:
         names = []

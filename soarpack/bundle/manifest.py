@@ -17,7 +17,9 @@ import hashlib
 import json
 import shlex
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+
+from pydantic import Field
 
 from soarpack import __version__
 from soarpack.bundle.tarpack import iter_tree
@@ -46,6 +48,23 @@ class ProfileEntry(StrictModel):
     fallback_args: str
 
 
+class CalibrationSource(StrictModel):
+    file: str
+    rows: int = Field(ge=0)  # rows the file holds, as quantize reads them (soarpack.quant.calib.count_rows)
+    tasks: Dict[str, Annotated[int, Field(ge=0)]] = {}  # rows per `task` field value
+
+
+class CalibrationRecord(StrictModel):
+    """What build recorded of the calibration: the rows the platform's quantize asks for (and who asked), and the
+    rows each shipped file holds (soarpack.bundle.risks reads it; strict ints: a NaN or a negative count is no
+    record)."""
+
+    rows_asked: int = Field(ge=1)
+    asked_by: Literal["cli", "recipe", "default"]  # build --rows (as quantize.extra_args), the recipe, the default
+    builtin: bool
+    sources: List[CalibrationSource]
+
+
 class QuantizeEntry(StrictModel):
     recipe: str  # a built-in recipe name, or the bundle's recipe.toml
     recipe_name: str
@@ -55,7 +74,7 @@ class QuantizeEntry(StrictModel):
     calib: List[str]
     held_out: List[str] = []  # absent in bundles written before held-out files
     extra_args: List[str] = []
-    calibration: Optional[Dict[str, Any]] = None  # rows asked and shipped, and from where (soarpack.bundle.build)
+    calibration: Optional[CalibrationRecord] = None  # rows asked and shipped, and from where (soarpack.bundle.build)
 
 
 class SglangEntry(StrictModel):
@@ -141,8 +160,9 @@ def parse_manifest(data: Any, where: str) -> Manifest:
     if not isinstance(data, dict):
         raise SoarpackError(f"{where}: MANIFEST.json is not an object", REBUILD)
     fmt = data.get("format")
-    if fmt != MANIFEST_FORMAT:
-        newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > MANIFEST_FORMAT
+    is_int = isinstance(fmt, int) and not isinstance(fmt, bool)  # 1.0 and true equal 1 in Python, not in a format
+    if not is_int or fmt != MANIFEST_FORMAT:
+        newer = is_int and fmt > MANIFEST_FORMAT
         raise SoarpackError(f"{where}: MANIFEST.json format {fmt!r} is not one this soarpack ({__version__}) reads",
                             f"read it with the soarpack that wrote it ({data.get('soarpack_version')})" if newer else REBUILD)
     try:
@@ -151,17 +171,28 @@ def parse_manifest(data: Any, where: str) -> Manifest:
         raise SoarpackError(exc.message, REBUILD) from None
 
 
+def manifest_json(raw: Union[bytes, str], where: str) -> Any:
+    """MANIFEST.json's bytes (or text) parsed, or one line saying why not: not UTF-8, not JSON, or nested deeper
+    than the parser recurses (no MANIFEST soarpack writes is deeper than a few levels)."""
+    try:
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except UnicodeDecodeError as exc:
+        raise SoarpackError(f"{where}: MANIFEST.json is not UTF-8 text (byte {exc.start})", REBUILD) from None
+    except ValueError as exc:
+        raise SoarpackError(f"{where}: MANIFEST.json is not valid JSON ({exc})", REBUILD) from None
+    except RecursionError:
+        raise SoarpackError(f"{where}: MANIFEST.json is nested too deep to be a manifest", REBUILD) from None
+
+
 def read_manifest(root: Path) -> Manifest:
     path = Path(root) / MANIFEST_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise SoarpackError(f"{path} is missing", "this is not a bundle written by `soarpack build`") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SoarpackError(f"{path} is not valid JSON: {exc}", REBUILD) from None
     except OSError as exc:
         raise SoarpackError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_manifest(data, str(root))
+    return parse_manifest(manifest_json(raw, str(root)), str(root))
 
 
 def verify_files(root: Path, manifest: Manifest) -> list[str]:
@@ -216,6 +247,7 @@ def consistency_problems(root: Path, manifest: Manifest) -> List[str]:
             problems.append(f"MANIFEST.json quantize.extra_args sets {flag} {value}, but {OWNED_FLAGS[flag]} says "
                             f"{getattr(manifest.quantize, OWNED_FLAGS[flag].split('.')[1])!r}: the platform would "
                             f"quantize with the extra_args' value")
+    problems += rows_problems(manifest.quantize)
     env_path = Path(root) / BUNDLE_ENV
     try:
         env_text = env_path.read_text(encoding="utf-8")
@@ -230,6 +262,47 @@ def consistency_problems(root: Path, manifest: Manifest) -> List[str]:
         else:
             problems.append(f"{BUNDLE_ENV} is not what MANIFEST.json renders (extra lines or commands)")
     return problems
+
+
+# quantize's spellings of its calibration row count (soarpack.cli.quant): `--rows N`, `--rows=N`, `-n N`, `-nN`.
+ROWS_FLAGS = ("--rows", "-n")
+
+
+def extra_rows(extra: List[str]) -> Optional[str]:
+    """The row count quantize.extra_args sets (the last one: it wins on quantize's command line), as written; None
+    when it sets none."""
+    found = None
+    for i, token in enumerate(extra):
+        if token in ROWS_FLAGS:
+            found = extra[i + 1] if i + 1 < len(extra) else ""
+        elif token.startswith("--rows="):
+            found = token.split("=", 1)[1]
+        elif token.startswith("-n") and not token.startswith("--"):
+            found = token[2:]
+    return found
+
+
+def rows_problems(quantize: QuantizeEntry) -> List[str]:
+    """Where quantize.extra_args's row count contradicts quantize.calibration's record of the rows asked: the
+    platform quantizes with the extra_args' count, while the record (and the risks read from it) says another."""
+    record = quantize.calibration
+    if record is None:
+        return []
+    given = extra_rows(quantize.extra_args)
+    if given is None:
+        if record.asked_by == "cli":
+            return [f"MANIFEST.json quantize.calibration says build --rows asked {record.rows_asked} rows, but "
+                    "quantize.extra_args sets no --rows: the platform would quantize with the recipe's or the "
+                    "default count"]
+        return []
+    if not given.isdigit() or int(given) < 1:
+        return [f"MANIFEST.json quantize.extra_args sets --rows {given!r}, not a row count: the platform's quantize "
+                "would refuse it"]
+    if int(given) != record.rows_asked or record.asked_by != "cli":
+        return [f"MANIFEST.json quantize.extra_args sets --rows {int(given)}, but quantize.calibration says "
+                f"{record.rows_asked} rows asked ({record.asked_by}): the platform would quantize with "
+                f"{int(given)}"]
+    return []
 
 
 def _assignments(text: str) -> Dict[str, str]:

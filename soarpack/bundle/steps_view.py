@@ -16,7 +16,6 @@ BUNDLE, ORIGINAL and QUANTIZED stand for the paths the platform chooses.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import tarfile
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import MANIFEST_NAME
+from soarpack.bundle.manifest import MANIFEST_NAME, manifest_json
 from soarpack.bundle.summary import _read_member  # the same member rules and size cap as `inspect`
 from soarpack.errors import SoarpackError
 from soarpack.printable import printable
@@ -120,10 +119,7 @@ def platform_steps(path: str | Path) -> Dict[str, Any]:
 
     path = Path(path)
     files = _read_members(path)
-    try:
-        manifest = json.loads(files[MANIFEST_NAME])
-    except ValueError as exc:
-        raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})", "rebuild the bundle with `soarpack build`") from None
+    manifest = manifest_json(files[MANIFEST_NAME], str(path))
     env = parse_bundle_env(files[layout.BUNDLE_ENV])
     from soarpack.serve.server import PLATFORM_DEFAULT_ARGS
 

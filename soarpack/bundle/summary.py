@@ -6,13 +6,12 @@ sort before src/ and wheels/); each is checked by tarpack's member rules and a s
 
 from __future__ import annotations
 
-import json
 import tarfile
 import zlib
 from pathlib import Path
 from typing import Any, Dict
 
-from soarpack.bundle.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from soarpack.bundle.manifest import MANIFEST_NAME, Manifest, manifest_json, parse_manifest
 from soarpack.bundle.risks import manifest_risks
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
@@ -40,12 +39,7 @@ def _read_manifest_and_calib(path: Path) -> tuple:
         with tarfile.open(path, "r|gz") as tar:
             for member in tar:
                 if member.name == MANIFEST_NAME:
-                    try:
-                        data = json.loads(_read_member(tar, member).decode("utf-8"))
-                    except (ValueError, UnicodeDecodeError) as exc:
-                        raise SoarpackError(f"{path}: MANIFEST.json is not valid JSON ({exc})",
-                                            "rebuild the bundle with `soarpack build`") from None
-                    manifest = parse_manifest(data, str(path))
+                    manifest = parse_manifest(manifest_json(_read_member(tar, member), str(path)), str(path))
                 elif manifest is not None and member.name in manifest.quantize.calib:
                     calib[member.name] = _read_member(tar, member)
                 if manifest is not None and set(manifest.quantize.calib) <= set(calib):

@@ -101,7 +101,7 @@ def quantize_cmd(
 
 
 def default_log_path(out_dir: Path) -> Path:
-    return out_dir.with_name(out_dir.name + ".log")
+    return out_dir.with_name(out_dir.name + ".log") if out_dir.name not in ("", "..") else Path(str(out_dir.resolve()) + ".log")
 
 
 def _print_result(result, out_dir: Path, log: Path) -> None:

@@ -20,7 +20,7 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, InputDataError
 from soarpack.inputs import MAX_CALIB_BYTES, check_input_path, iter_lines, read_text_capped
@@ -134,11 +134,24 @@ def _first_line_is_object(text: str) -> bool:
     return False
 
 
+def is_jsonl(name: str, text: str) -> bool:
+    """The one rule of what a calibration file is (read_examples, count_rows, calibinfo.file_rows): JSONL by its
+    suffix in any case (`.jsonl`, `.json`, `.ndjson`) or by its content (the first non-blank line is a JSON
+    object); any other file is one text row."""
+    return Path(name).suffix.lower() in JSONL_SUFFIXES or _first_line_is_object(text)
+
+
+def row_lines(name: str, text: str) -> List[str]:
+    """The lines read_examples makes a row of each (lines end at "\n" only; blank lines are none); the whole text
+    as one row for a text file (none when it is blank)."""
+    if is_jsonl(name, text):
+        return [line for line in text.split("\n") if line.strip()]
+    return [text] if text.strip() else []
+
+
 def count_rows(name: str, text: str) -> int:
     """How many examples read_examples makes of a file with this name and text (without validating them)."""
-    if Path(name).suffix.lower() in JSONL_SUFFIXES or _first_line_is_object(text):
-        return sum(1 for line in text.split("\n") if line.strip())
-    return 1 if text.strip() else 0
+    return len(row_lines(name, text))
 
 
 def _examples_from_lines(path: Path, lines: Iterable) -> List[Example]:
@@ -171,10 +184,10 @@ def read_examples(path: str | Path) -> List[Example]:
     string stays in it. The file is read as a stream (a pipe such as /dev/fd/N is input) under a size cap."""
     path = Path(path)
     check_input_path(path, "calibration file")
-    if path.suffix.lower() in JSONL_SUFFIXES:
+    if is_jsonl(path.name, ""):  # by its suffix: read as a stream
         return _examples_from_lines(path, iter_lines(path, "calibration file", MAX_CALIB_BYTES))
     text = read_text_capped(path, "calibration file", MAX_CALIB_BYTES, check_chunk=lambda chunk: _check_binary_chunk(chunk, path))
-    if _first_line_is_object(text):
+    if is_jsonl(path.name, text):  # by its content
         return _examples_from_lines(path, enumerate(text.split("\n"), 1))
     if not text.strip():
         raise InputDataError(f"calibration file {path.name} is empty")
@@ -256,6 +269,7 @@ def build_calibration(paths: Optional[Iterable[str | Path]], tokenizer: Any, *, 
     if paths:
         examples = [ex for p in paths for ex in read_examples(p)]
     else:
+        check_builtin_rows(rows, seed, max_len)
         examples = builtin_examples(rows, seed, max_words=builtin_max_words(max_len))
     out = []
     for ex in stratified_pick(examples, rows, seed):
@@ -401,35 +415,95 @@ def _mcq(rng, n):
 _GENERATORS = {"niah": _niah, "kv": _kv, "cwe": _cwe, "fwe": _fwe, "mcq": _mcq}
 
 
-def builtin_prompts(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Dict[str, str]]:
-    """`n` SOAR-format rows (`question`, `task`, `gold`): needle retrieval, key-value lookup, common and frequent
-    word extraction, multiple choice; lengths log-uniform between ~48 and `max_words` words."""
+def iter_builtin_prompts(n: int, seed: int = 0, *, max_words: int = 3000) -> Iterator[Dict[str, str]]:
+    """builtin_prompts one row at a time (the same rows, in the same order, for the same arguments)."""
     rng = random.Random(seed)
-    out = []
     for k in range(n):
         task = BUILTIN_TASKS[k % len(BUILTIN_TASKS)]
         words = int(round(48 * (max(max_words, 49) / 48) ** rng.random()))
         q, gold = _GENERATORS[task](rng, words)
-        out.append({"task": task, "question": q, "gold": gold})
-    return out
+        yield {"task": task, "question": q, "gold": gold}
+
+
+def builtin_prompts(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Dict[str, str]]:
+    """`n` SOAR-format rows (`question`, `task`, `gold`): needle retrieval, key-value lookup, common and frequent
+    word extraction, multiple choice; lengths log-uniform between ~48 and `max_words` words."""
+    return list(iter_builtin_prompts(n, seed, max_words=max_words))
+
+
+# -- how many built-in rows can be: a bundle ships them as one file, and quantize reads one calibration file up to
+# MAX_CALIB_BYTES; a local run is held to the same, so that what runs here can be shipped.
+
+# Every built-in row is longer than this as a JSONL line (the shortest measured: 342 bytes; tests check the floor).
+MIN_BUILTIN_ROW_BYTES = 256
+SIZE_SAMPLE_ROWS = 256  # rows generated up front to estimate the size of a large ask
+SIZE_MARGIN = 1.5  # an estimate this far over the cap is refused before generating; nearer, the cap decides
+
+
+def max_builtin_rows() -> int:
+    """No more built-in rows than this fit in one calibration file, whatever their lengths."""
+    return MAX_CALIB_BYTES // MIN_BUILTIN_ROW_BYTES
+
+
+def _too_many(n: int, why: str, asked: str) -> ConfigError:
+    return ConfigError(f"{n} calibration rows ({asked}) of the built-in prompts would not fit in one calibration "
+                       f"file: {why}", "ask for fewer rows, or pass calibration files of your own (--calib)")
+
+
+def check_builtin_rows(n: int, seed: int, max_len: int, asked: str = "--rows") -> None:
+    """Refuse, before generating them, `n` built-in rows that cannot fit in one calibration file of
+    MAX_CALIB_BYTES (what quantize reads): more rows than the file holds at the shortest row, or a size the first
+    rows' mean size puts far over it. A count near the cap is decided by the cap itself, as the rows are written."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{asked} {n!r} is not a row count", "ask for 1 row or more")
+    cap = MAX_CALIB_BYTES
+    if n > max_builtin_rows():
+        raise _too_many(n, f"the file holds at most {max_builtin_rows()} ({cap // 2**20} MiB, what quantize reads, "
+                           f"at {MIN_BUILTIN_ROW_BYTES} bytes or more a row)", asked)
+    sample = min(n, SIZE_SAMPLE_ROWS)
+    if sample == n:
+        return
+    sizes = [len(_jsonl_line(row)) for row in iter_builtin_prompts(sample, seed, max_words=builtin_max_words(max_len))]
+    estimate = sum(sizes) / sample * n
+    if estimate > SIZE_MARGIN * cap:
+        raise _too_many(n, f"at --max-len {max_len} they would take about {estimate / 2**20:.0f} MiB, over the "
+                           f"{cap // 2**20} MiB quantize reads of one file", asked)
+
+
+def _jsonl_line(row: Dict[str, str]) -> str:
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def _capped_builtin(n: int, seed: int, max_words: int, asked: str = "--rows") -> Iterator[tuple]:
+    """(row, its JSONL line) for the built-in rows, stopping with a ConfigError as soon as the lines pass the
+    calibration file cap: the cost of a too-large ask is bounded by the cap, not by the ask."""
+    total = 0
+    for row in iter_builtin_prompts(n, seed, max_words=max_words):
+        line = _jsonl_line(row)
+        total += len(line.encode("utf-8"))
+        if total > MAX_CALIB_BYTES:
+            raise _too_many(n, f"they pass the {MAX_CALIB_BYTES // 2**20} MiB quantize reads of one file", asked)
+        yield row, line
 
 
 def builtin_examples(n: int, seed: int = 0, *, max_words: int = 3000) -> List[Example]:
-    return [_example_from_obj(row, f"builtin:{k}") for k, row in enumerate(builtin_prompts(n, seed, max_words=max_words))]
+    return [_example_from_obj(row, f"builtin:{k}") for k, (row, _) in enumerate(_capped_builtin(n, seed, max_words))]
 
 
 def write_builtin_calibration(path: str | Path, n: int, seed: int, max_len: int = CALIBRATION_DEFAULTS.max_len, *,
-                              held_out: bool = False) -> Path:
+                              held_out: bool = False, asked: str = "--rows") -> Path:
     """Write the built-in prompts as a SOAR-format JSONL (what a bundle ships): exactly the rows a local run with
-    the same settings generates; `held_out` writes the held-out stream instead."""
+    the same settings generates; `held_out` writes the held-out stream instead. `asked`: who asked for `n` rows,
+    as a refusal names it."""
     from soarpack.fsutil import atomic_write_text
 
-    return atomic_write_text(path, builtin_calibration_text(n, seed, max_len, held_out=held_out))
+    return atomic_write_text(path, builtin_calibration_text(n, seed, max_len, held_out=held_out, asked=asked))
 
 
 def builtin_calibration_text(n: int, seed: int, max_len: int = CALIBRATION_DEFAULTS.max_len, *,
-                             held_out: bool = False) -> str:
-    """The JSONL that write_builtin_calibration writes."""
+                             held_out: bool = False, asked: str = "--rows") -> str:
+    """The JSONL that write_builtin_calibration writes (refused, with ConfigError, when it could not fit in one
+    calibration file: check_builtin_rows up front, the cap as it is written)."""
     seed = seed + HELD_OUT_SEED_OFFSET if held_out else seed
-    lines = [json.dumps(row, ensure_ascii=False) for row in builtin_prompts(n, seed, max_words=builtin_max_words(max_len))]
-    return "\n".join(lines) + "\n"
+    check_builtin_rows(n, seed, max_len, asked)
+    return "".join(line for _, line in _capped_builtin(n, seed, builtin_max_words(max_len), asked))

@@ -19,27 +19,26 @@ MIN_PUBLIC_TASKS = 3
 
 
 def file_rows(path: Path, name: Optional[str] = None) -> Dict[str, Any]:
-    """{file, rows, tasks}: the rows a calibration file holds (one per JSONL line, one for a text file) and, of the
-    rows that carry a `task` field, how many of each task. Read after read_examples validated the file."""
+    """{file, rows, tasks}: the rows a calibration file holds, counted by the rule quantize reads it with
+    (soarpack.quant.calib.row_lines: JSONL by suffix in any case or by content, else one text row) and, of the rows
+    that carry a `task` field, how many of each task. Read after read_examples validated the file (and capped it)."""
+    from soarpack.quant.calib import is_jsonl, row_lines
+
     path = Path(path)
+    if not path.is_file():  # a pipe (<(cat f)) was read once, by read_examples: there is nothing to count again
+        return {"file": name or path.name, "rows": None, "tasks": {}}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = row_lines(path.name, text)
     tasks: Dict[str, int] = {}
-    rows = 0
-    if path.suffix in (".jsonl", ".json"):
-        with path.open("rb") as fh:
-            for raw in fh:
-                if not raw.strip():
-                    continue
-                rows += 1
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    continue
-                task = obj.get("task") if isinstance(obj, dict) else None
-                if isinstance(task, str) and task:
-                    tasks[task] = tasks.get(task, 0) + 1
-    else:
-        rows = 1
-    return {"file": name or path.name, "rows": rows, "tasks": dict(sorted(tasks.items()))}
+    for line in lines if is_jsonl(path.name, text) else []:
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        task = obj.get("task") if isinstance(obj, dict) else None
+        if isinstance(task, str) and task:
+            tasks[task] = tasks.get(task, 0) + 1
+    return {"file": name or path.name, "rows": len(lines), "tasks": dict(sorted(tasks.items()))}
 
 
 def sources_of(paths: Iterable[Path]) -> List[Dict[str, Any]]:
@@ -58,7 +57,8 @@ def where_from(sources: Iterable[Dict[str, Any]], builtin: bool = False) -> str:
     """`mine.jsonl (12 rows), more.txt (1 row)` or `the built-in synthetic prompts`."""
     if builtin:
         return "the built-in synthetic prompts"
-    return ", ".join(f"{s['file']} ({s['rows']} row{'s' if s['rows'] != 1 else ''})" for s in sources)
+    return ", ".join(f"{s['file']} (a stream, read once)" if s["rows"] is None else
+                     f"{s['file']} ({s['rows']} row{'s' if s['rows'] != 1 else ''})" for s in sources)
 
 
 def rows_line(used: int, asked: int, asked_by: str, where: str) -> str:

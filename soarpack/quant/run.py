@@ -99,6 +99,7 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
 
     opts = opts or QuantizeOptions()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    check_out_is_not_here(out_dir)
     inputs = [model_dir, *(opts.calib or []), *(opts.held_out or [])]
     if opts.log_file:
         ensure_writable_output(opts.log_file, what="--log", inputs=inputs, replaced=[out_dir])
@@ -154,6 +155,21 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
                  + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
     result.library_warnings = log.library_warnings
     return result
+
+
+def check_out_is_not_here(out_dir: Path) -> None:
+    """OUT is written beside itself and renamed into place: the folder this process runs in (`.`), or one that
+    holds it, cannot be renamed away from under it, and replacing it would leave the shell in a deleted folder.
+    Refused before any work (`quantize M . --force` used to run to the end, then fail to place the checkpoint)."""
+    try:
+        here, out = Path.cwd().resolve(), out_dir.resolve()
+    except OSError:
+        return
+    if out == here or out in here.parents:
+        what = "is the current folder" if out == here else "holds the current folder"
+        raise ConfigError(f"OUT {out_dir} {what} ({out}): the checkpoint is written as a new folder and renamed into "
+                          "place, which cannot replace the folder this command runs in",
+                          "pass a new folder for OUT (e.g. ./sala-w4), or run from another folder")
 
 
 # -- phases ------------------------------------------------------------------------------------------------------
@@ -385,6 +401,18 @@ def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
 # -- progress ----------------------------------------------------------------------------------------------------
 
 
+def _disk_full_cause(exc: BaseException) -> Optional[BaseException]:
+    """The exception, or one it was raised from or during, that says the disk is full; None when none does."""
+    from soarpack.fsutil import is_disk_full
+
+    seen = 0
+    while exc is not None and seen < 16:
+        if is_disk_full(exc):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 class RunLog:
     """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
     libraries' own output also goes while the run lasts (`capture`; nowhere without a log file). Each phase ends
@@ -429,18 +457,49 @@ class RunLog:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        from soarpack.fsutil import is_disk_full
+
         self._exc = exc
-        self._stack.close()
+        closing: Optional[OSError] = None
+        try:
+            self._stack.close()  # the log and the libraries' capture: a full disk can refuse their last flush
+        except OSError as close_exc:
+            if not is_disk_full(close_exc):
+                raise
+            closing = close_exc
+        removed = False
         if exc is not None and self._in_setup and self._created and self.log_file:
             with contextlib.suppress(OSError):
                 os.unlink(self.log_file)
+                removed = True
+        if exc is None:
+            if closing is not None:  # the output is in place; only the log's last lines are lost
+                self._say_incomplete(closing)
+            return
+        if isinstance(exc, SoarpackError):
+            return  # the run's own one-line error (an output refused for a full disk among them) stays the one shown
+        full = _disk_full_cause(exc)
+        if full is not None:  # the log, or a library writing into it, found the disk full: one line, no traceback
+            log = f"; the log {self.log_file} is incomplete" if self.log_file and not removed else ""
+            what = getattr(full, "filename", None) or "a write"
+            raise SoarpackError(f"no space left on the device {self._where()} ({what} failed){log}",
+                                "free disk space where the log and the output go, and run again; nothing was "
+                                "replaced") from full
+
+    def _where(self) -> str:
+        return (f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished
+                else "at the start")
+
+    def _say_incomplete(self, exc: OSError) -> None:
+        if self.on_event:
+            self.on_event(Event("problem", "done", f"the log {self.log_file} is incomplete: its last lines did not fit "
+                                                   f"on the device ({exc.strerror or exc})"))
 
     def _last_line(self) -> None:
         exc = self._exc
         if exc is None or (self._in_setup and self._created):
             return
-        where = (f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished
-                 else "at the start")
+        where = self._where()
         if self.current == "gptq" and self.layer_at:
             where += f" at layer {self.layer_at[0] + 1}/{self.layer_at[1]}"
         how = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed"

@@ -152,6 +152,28 @@ class RehearsalResult:
                 "versions": self.report.versions, "steps": [r.to_dict() for r in self.report.steps]}
 
 
+SHORT_BENCH_MAX_OUTPUT = 256  # tokens per answer of the short bench, at most
+
+
+def check_settings(*, port: int, per_task: int, bench_rows: int, ready_timeout_s: float, eval_timeout_s: float,
+                   max_tokens: Optional[int]) -> None:
+    """Every setting, before anything is read, started or written: a NaN wait would never end, and the short
+    bench's answers cannot be shorter than the speed set's shortest (bench_serving drops rows under 2 tokens)."""
+    from soarpack.bench.speedset import MIN_TOKENS
+    from soarpack.serve.server import check_port, check_wait
+
+    check_port(port)
+    check_wait(ready_timeout_s, "--ready-timeout")
+    check_wait(eval_timeout_s, "the eval timeout")
+    for flag, value in (("--per-task", per_task), ("--bench-rows", bench_rows)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{flag} {value!r} is not a count", f"pass {flag} N with N of 1 or more")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < MIN_TOKENS):
+        raise ConfigError(f"--max-tokens {max_tokens!r} is below the short bench's shortest answer ({MIN_TOKENS} "
+                          "tokens: the speed set keeps no shorter row)", f"pass --max-tokens {MIN_TOKENS} or more")
+
+
 def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir: os.PathLike, *,
                     port: int = PLATFORM_PORT, python: str = sys.executable, per_task: int = 6, bench_rows: int = 8,
                     ready_timeout_s: float = READY_TIMEOUT_S, eval_timeout_s: float = limits.EVAL_TIMEOUT_S,
@@ -168,15 +190,15 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
     from soarpack.serve.server import stratified_slice
 
     ckpt, data, out_dir = Path(ckpt), Path(data), Path(out_dir)
+    check_settings(port=port, per_task=per_task, bench_rows=bench_rows, ready_timeout_s=ready_timeout_s,
+                   eval_timeout_s=eval_timeout_s, max_tokens=max_tokens)
     if not (ckpt / "config.json").is_file():
         raise ConfigError(f"{ckpt} is not a model directory (no config.json)", "pass the quantized checkpoint")
     prof = load_profile(profile)
     rows = stratified_slice(load_eval_rows(data), per_task)
     out_dir.mkdir(parents=True, exist_ok=True)
     slice_path = ss.write_jsonl(out_dir / "eval-slice.jsonl", rows)
-    if max_tokens is not None and max_tokens < 1:
-        raise ConfigError(f"--max-tokens must be at least 1, not {max_tokens}", "pass a positive token count")
-    out_hi = 256 if max_tokens is None else min(256, max_tokens)
+    out_hi = SHORT_BENCH_MAX_OUTPUT if max_tokens is None else min(SHORT_BENCH_MAX_OUTPUT, max_tokens)
     short_mix = {"input": (ss.Bucket(16, 2048, 1.0),), "output": (ss.Bucket(min(16, out_hi - 1), out_hi, 1.0),)}
     speed_rows, _ = ss.make_speedset(load_tokenizer(ckpt), bench_rows, short_mix, seed=1)
     speed_path = ss.write_jsonl(out_dir / "speed-short.jsonl", speed_rows)
@@ -187,7 +209,7 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
         try:
             report = Runner(STEPS, on_event).run(ctx)
         finally:
-            if ctx.server is not None and ctx.server.proc.poll() is None:  # never leave a server behind
+            if ctx.server is not None:  # never leave a server behind, nor a child of one whose leader exited
                 ctx.server.stop()
     gate = report["score"].data.get("gate", "")
     summary = "; ".join(f"{r.name} {r.status}: {r.detail}" for r in report.steps if r.name != "server stop" or r.status != "pass")

@@ -42,6 +42,7 @@ class ChatReply:
     raw: Optional[bytes] = None
     missing_bytes: int = 0
     trickle_s: float = 0.0
+    hold_until_in_flight: int = 0  # before answering, wait until this many chat requests are in flight (see below)
 
 
 @dataclass
@@ -56,6 +57,9 @@ class GenerateScript:
     stop_after: Optional[int] = None  # send at most this many tokens, then [DONE]: shorter than asked
     stall_after: Optional[int] = None  # after this many tokens, hold the stream open and send nothing
     claim_tokens: Optional[int] = None  # from the second chunk on, claim this completion_tokens (a lying server)
+    # Before the first chunk, wait until this many /generate requests are in flight (at most MAX_HOLD_S): a test
+    # gives it to one wave of requests, so that the wave is surely in flight at once however slow the machine is.
+    hold_until_in_flight: int = 0
 
 
 class FakeSGLang:
@@ -73,6 +77,7 @@ class FakeSGLang:
         self._generate = generate or GenerateScript()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified when a count in flight changes, and on stop
         self.in_flight: Dict[str, int] = {"chat": 0, "generate": 0}
         self.max_in_flight: Dict[str, int] = {"chat": 0, "generate": 0}
         self.chat_bodies: List[dict] = []
@@ -99,10 +104,19 @@ class FakeSGLang:
         with self._lock:
             self.in_flight[kind] += 1
             self.max_in_flight[kind] = max(self.max_in_flight[kind], self.in_flight[kind])
+            self._changed.notify_all()
 
     def leave(self, kind: str) -> None:
         with self._lock:
             self.in_flight[kind] -= 1
+            self._changed.notify_all()
+
+    def hold_until_in_flight(self, kind: str, count: int) -> bool:
+        """Wait until `count` requests of `kind` are in flight (the server's own count, not a timer); False when
+        the server stops first or MAX_HOLD_S passes."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.in_flight[kind] >= count or self.stopping.is_set(),
+                                          timeout=MAX_HOLD_S) and not self.stopping.is_set()
 
     def record(self, what: str, body: Optional[dict] = None) -> None:
         with self._lock:
@@ -134,6 +148,8 @@ class FakeSGLang:
 
     def stop(self) -> None:
         self.stopping.set()
+        with self._changed:
+            self._changed.notify_all()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -214,6 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             question = body["messages"][0]["content"]
             reply = fake.chat_reply(question)
+            if reply.hold_until_in_flight:
+                fake.hold_until_in_flight("chat", reply.hold_until_in_flight)
             fake.sleep(reply.delay_s)
         finally:
             # Leave before the client can see the answer, so in-flight counts never overlap a finished request.
@@ -279,6 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            if script.hold_until_in_flight:
+                fake.hold_until_in_flight("generate", script.hold_until_in_flight)
             fake.sleep(script.ttft_s)
             sent = 0
             step = max(1, script.tokens_per_chunk)

@@ -40,7 +40,9 @@ RULES: Dict[str, str] = {
     "dense-as-sparse-ignored": "--dense-as-sparse only acts on the minicpm sparse backend",
     "no-attention-backend": "no --attention-backend: SGLang picks one for the hybrid model",
     "cuda-graph-bs": f"CUDA graphs captured for fewer than {launch.MAX_RUNNING_REQUESTS} running requests: larger batches run eager",
-    "platform-override": f"the platform sets this flag itself ({launch.overrides_phrase()})",
+    "platform-override": f"the platform sets this flag itself after ours, so ours is ignored ({launch.overrides_phrase()})",
+    "platform-flag-wins": "a flag the platform sets before ours (--port, --model-path): ours wins and the platform "
+                          "waits for health on its own port, or serves another path",
     "unknown-patch": "a patch name the patch set does not have",
     "patch-requires": "a patch without the patch it is written on top of (its Requires: line)",
     "mem-fraction-range": "--mem-fraction-static is the share of GPU memory for weights and KV pool: a number in (0, 1)",
@@ -51,9 +53,17 @@ ERROR_RULES = {
     "cuda-graph-disabled", "fp8-kv-sparse-unpatched", "fp8-kv-flashattn", "fp16-sparse-unpatched",
     "marlin-asym-recipe", "marlin-grid", "force-dense-sparse-backend", "unknown-patch", "patch-requires",
     "quantization-recipe",
-    "mem-fraction-range", "unsafe-token",
+    "mem-fraction-range", "unsafe-token", "platform-flag-wins",
 }
 PLATFORM_FLAGS = launch.PLATFORM_FLAGS
+# The platform's flags before SGLANG_SERVER_ARGS on its launch line: argparse keeps the last value, so a profile
+# that sets one overrides the platform's; those after it (launch.TRAILING_ARGS) override the profile's.
+LEADING_PLATFORM_FLAGS = tuple(f for f in PLATFORM_FLAGS if f in launch.leading_args("OUT"))
+_LEADING_WHY = {
+    launch.PORT_FLAG: "the server listens there, while the platform's health check and eval wait on its own "
+                      f"{launch.PORT_FLAG} {launch.PORT}, so the run times out",
+    launch.MODEL_PATH_FLAG: "the server loads that path instead of the checkpoint the platform's preprocessing wrote",
+}
 FP8_PATCHES = frozenset({"fp8-kv-query", "fp8-kv-compressed-keys"})
 GPTQ_METHODS = ("gptq_marlin", "gptq")  # the --quantization values that read a GPTQ checkpoint
 DTYPE_PATCH = "sparse-dtype"
@@ -269,8 +279,15 @@ def lint_args(
         findings.append(_finding("cuda-graph-bs", f"--cuda-graph-max-bs {bs} < {PLATFORM_MAX_RUNNING}: decode batches above it run without CUDA graphs"))
     canon = {f: (flags[f].canonical or f) if f in flags else f for f in PLATFORM_FLAGS}
     for flag in PLATFORM_FLAGS:
-        if canon[flag] in got:
-            findings.append(_finding("platform-override", f"{flag}: the platform launches the server with its own {flag}; drop ours"))
+        if canon[flag] not in got:
+            continue
+        if flag in LEADING_PLATFORM_FLAGS:
+            findings.append(_finding("platform-flag-wins", f"{flag} {got[canon[flag]]}: the platform's launch line puts "
+                                                            f"its own {flag} before ours, so ours wins: "
+                                                            f"{_LEADING_WHY.get(flag, 'its value is lost')}; drop it"))
+        else:
+            findings.append(_finding("platform-override", f"{flag}: the platform's launch line puts its own {flag} "
+                                                           f"after ours, so ours is ignored; drop it"))
     return findings
 
 

@@ -11,6 +11,7 @@ rich; `soarpack sglang apply|check` is the same through the CLI.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -343,7 +344,7 @@ def apply_patches(
         def skip(folder: str, names: List[str]) -> List[str]:
             return [n for n in names if n == "__pycache__" or Path(os.path.realpath(os.path.join(folder, n))) in own]
 
-        shutil.copytree(root, tmp, symlinks=True, dirs_exist_ok=True, ignore=skip)
+        copy_tree(root, tmp, ignore=skip)
         for rel, text in changed.items():
             target = tmp / rel
             mode = target.stat().st_mode
@@ -351,6 +352,23 @@ def apply_patches(
             target.write_text(text, encoding="utf-8", newline="")
             os.chmod(target, mode)
     return report
+
+
+def copy_tree(src: Path, dst: Path, ignore=None) -> None:
+    """shutil.copytree (links kept as links), raising the first file's OSError instead of shutil.Error's list of
+    every failure as text: a full disk reads as ENOSPC (which the output's placement reports in one line), any
+    other failure as that file and its reason."""
+    try:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=ignore)
+    except shutil.Error as exc:
+        failures = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        why = " ".join(str(f[2]) for f in failures[:50] if isinstance(f, tuple) and len(f) == 3)
+        if "[Errno 28]" in why or "No space left on device" in why:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst)) from None
+        first = failures[0] if failures and isinstance(failures[0], tuple) and len(failures[0]) == 3 else None
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise PatchError(f"cannot copy {first[0] if first else src} into {dst}: {first[2] if first else exc}{more}",
+                         "check that the source tree is readable and the output's disk writable") from None
 
 
 def record_hashes(trees: Dict[str, os.PathLike], directory: Optional[Path] = None) -> Path:

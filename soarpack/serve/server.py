@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -75,22 +76,81 @@ class Server:
     command: List[str]
     ready_s: Optional[float] = None
 
+    stopped: bool = False  # the whole process group is gone (stop() ran to the end)
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> Optional[int]:
-        """SIGTERM the server's process group, SIGKILL it after `grace_s`; return the exit code."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(timeout=grace_s)
+        """SIGTERM the server's process group; once the group is empty or `grace_s` has passed, SIGKILL it, whether
+        or not the leader still lives (a child that ignores SIGTERM outlives a leader that obeys it); return the
+        leader's exit code. A second call does nothing (the group id could be reused once it is empty)."""
+        if self.stopped:
+            return self.proc.returncode
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group's id
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _group_alive(pgid, self.proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(pgid, signal.SIGKILL)  # whatever is left, leader or not
+        self._reap(grace_s)
+        while _group_alive(pgid, self.proc) and time.monotonic() < deadline + grace_s:
+            time.sleep(0.05)  # SIGKILL is delivered asynchronously: wait until the group is really gone
+        self.stopped = True
         return self.proc.returncode
+
+    def _reap(self, timeout_s: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # SIGKILL cannot be ignored; only a process stuck in the kernel stays
+            pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # nothing left in the group (or only what we may not signal)
+
+
+def _group_alive(pgid: int, leader: subprocess.Popen) -> bool:
+    """Whether any process of the group still runs. The leader is reaped here when it exits (a zombie leader would
+    keep the group alive); a zombie child, reparented, is not ours to reap and counts as gone."""
+    leader.poll()
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc"):  # no way to tell a zombie from a live process: the group lives
+        return True
+    return any(_state(pid) not in ("Z", "X", None) for pid in _group_pids(pgid))
+
+
+def _group_pids(pgid: int) -> List[int]:
+    """The pids of the group, from /proc (Linux); [pgid] where /proc cannot tell."""
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return [pgid]
+    out = []
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pgid:
+                out.append(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def _state(pid: int) -> Optional[str]:
+    """The process state letter from /proc/PID/stat ("R", "S", "Z", ...); "?" where /proc cannot tell, None when
+    the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError):
+        return "?"
 
 
 def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s: float = READY_TIMEOUT_S,
@@ -103,6 +163,7 @@ def start_server(command: Sequence[str], port: int, log_path: Path, *, timeout_s
     that server. The server is stopped when the wait ends in anything but health (Ctrl-C, SIGTERM under
     `terminate_raises`, a timeout)."""
     log = lines_to(on_event, "server start")
+    check_wait(timeout_s, "--ready-timeout")
     if port_in_use(port):
         raise ServerError(f"port {port} on 127.0.0.1 already accepts connections: another server (perhaps one an "
                           f"earlier run left) would be measured instead of this checkpoint",
@@ -145,6 +206,19 @@ def _wait_healthy(server: Server, timeout_s: float, log, poll_s: float) -> Serve
             log(f"waiting for the server on {url}: {elapsed:.0f} s of {timeout_s:.0f} s")
             next_progress += PROGRESS_EVERY_S
         time.sleep(poll_s)
+
+
+def check_wait(seconds: float, flag: str) -> float:
+    """A wait in seconds: a finite number > 0 (a NaN compares false with every elapsed time: it would never end)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{flag} {seconds!r} is not a time in seconds", f"pass {flag} SECONDS, a number > 0")
+    return float(seconds)
+
+
+def check_port(port: int, flag: str = "--port") -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError(f"{flag} {port!r} is not a TCP port", f"pass {flag} N with N from 1 to 65535")
+    return port
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
