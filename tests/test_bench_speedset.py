@@ -125,3 +125,60 @@ def test_cli_speedset_writes_rows_the_bench_reads(tmp_path, tokenizer_dir, token
     refused = CliRunner().invoke(app, other)
     assert refused.exit_code == 2 and "--force" in refused.output and out.read_bytes() == before
     assert CliRunner().invoke(app, other + ["--force"]).exit_code == 0 and out.read_bytes() != before
+
+
+def test_presets_name_their_shares_and_where_they_come_from():
+    from soarpack.bench.speedset import PRESETS
+
+    assert set(PRESETS) == {"published", "long-128k", "1of16"} and load_mix(None) is PRESETS["published"]
+    for name, mix in PRESETS.items():
+        assert load_mix(name) is mix and mix.name == name and mix.source
+        assert [b.share for b in mix.input] == [b.share for b in DEFAULT_MIX.input]  # all three: the published shares
+    # 1of16 is the mix of the served runs of RESULTS.md §8 (speed-mix-1of16.toml then): every bound over 16.
+    one = PRESETS["1of16"]
+    assert [(b.lo, b.hi) for b in one.input] == [(0, 256), (256, 1024), (1024, 2048), (2048, 8192), (8192, 10240)]
+    assert [(b.lo, b.hi) for b in one.output] == [(0, 32), (32, 128), (128, 256), (256, 1024), (1024, 2048)]
+    long = PRESETS["long-128k"]
+    assert (long.input, long.output) == (DEFAULT_MIX.input, DEFAULT_MIX.output)
+    assert (long.input_cap, long.output_cap) == (128 * 1024, 256)
+
+
+def test_caps_cut_the_drawn_lengths_and_keep_the_rows_pairing():
+    import random
+
+    from soarpack.bench.speedset import PRESETS, target_lengths
+
+    drawn = target_lengths(40, DEFAULT_MIX.input, random.Random(3))
+    capped = target_lengths(40, DEFAULT_MIX.input, random.Random(3), cap=128 * 1024)
+    assert capped == [min(x, 128 * 1024) for x in drawn] and max(capped) == 128 * 1024 < max(drawn)
+    outputs = target_lengths(40, PRESETS["long-128k"].output, random.Random(4), PRESETS["long-128k"].output_cap)
+    assert max(outputs) == 256 and sum(x == 256 for x in outputs) >= 26  # 65 % of rows drawn above 256
+
+
+def test_long_preset_rows_stay_under_their_caps(tokenizer):
+    rows, summary = make_speedset(tokenizer, 3, load_mix("long-128k"), seed=1)
+    assert max(summary.input_tokens) <= 128 * 1024 and max(summary.output_tokens) <= 256
+    assert len(rows) == 3 and summary.max_abs_error == 0
+
+
+def test_a_mix_name_that_is_no_preset_or_file_says_which_exist(tmp_path):
+    with pytest.raises(ConfigError, match="no such preset or file") as err:
+        load_mix("long-256k")
+    assert "published, long-128k, 1of16" in err.value.hint
+    capped = tmp_path / "capped.toml"
+    capped.write_text("input_cap = 100\n" + SMALL_MIX)
+    assert load_mix(capped).input_cap == 100 and load_mix(capped).output_cap is None
+    capped.write_text("input_cap = 1.5\n" + SMALL_MIX)
+    with pytest.raises(ConfigError, match="input_cap must be a whole number"):
+        load_mix(capped)
+
+
+def test_cli_speedset_takes_a_preset_and_reports_it(tmp_path, tokenizer_dir):
+    out = tmp_path / "speed.jsonl"
+    result = CliRunner().invoke(app, ["speedset", "--model-dir", tokenizer_dir, "-n", "4", "--mix", "1of16", "-o",
+                                      str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    import hashlib
+
+    assert summary["mix"]["name"] == "1of16" and summary["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
