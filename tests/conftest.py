@@ -103,3 +103,28 @@ def sglang_fork_trees(tmp_path_factory):
             tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         trees[commit] = dest / "python"
     return trees
+
+
+@pytest.fixture(scope="session")
+def patched_fork_trees(sglang_fork_trees, tmp_path_factory):
+    """{commit: python/ dir} of the fork with soarpack's whole patch set applied (read only: tests that write copy)."""
+    from soarpack.serve import patches as P
+
+    out = {}
+    for commit, src in sglang_fork_trees.items():
+        out[commit] = tmp_path_factory.mktemp(f"patched-{commit}") / "python"
+        P.apply_patches(src, out[commit])
+    return out
+
+
+@pytest.fixture(scope="session")
+def image_python():
+    """The image stand-in's python (CPython 3.10 with the fork's pins); skipped where it cannot be built, outside CI."""
+    from soarpack.imagestack import ImageStackError, ensure_image_stack
+
+    try:
+        return ensure_image_stack().python
+    except ImageStackError as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"not run: the image stand-in is not available here ({exc})")

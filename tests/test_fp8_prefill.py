@@ -33,12 +33,8 @@ SHAPES = {"sparse_qkv": (4608, 4096), "attn": (4096, 4096), "lightning_qkv": (12
 
 
 @pytest.fixture(scope="module")
-def patched_trees(sglang_fork_trees, tmp_path_factory):
-    out = {}
-    for commit, src in sglang_fork_trees.items():
-        out[commit] = tmp_path_factory.mktemp(f"fp8-{commit}") / "python"
-        P.apply_patches(src, out[commit])
-    return out
+def patched_trees(patched_fork_trees):
+    return patched_fork_trees
 
 
 @pytest.fixture(scope="module")

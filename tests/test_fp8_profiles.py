@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -198,19 +197,7 @@ def test_verify_checks_an_unquantized_copy_against_the_original(tiny_model_dir, 
     assert codes == ["copy-differs", "copy-extra", "copy-missing"], codes
 
 
-# -- through the fork, on the image stand-in -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def image_python():
-    from soarpack.imagestack import ImageStackError, ensure_image_stack
-
-    try:
-        return ensure_image_stack().python
-    except ImageStackError as exc:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"not run: the image stand-in is not available here ({exc})")
+# -- through the fork, on the image stand-in (conftest's image_python) ------------------------------------------
 
 
 @pytest.mark.slow

@@ -41,12 +41,8 @@ NEEDS_TRITON = "triton and fla-core are not installed (the `kernels` extra: pip 
 
 
 @pytest.fixture(scope="module")
-def patched_trees(sglang_fork_trees, tmp_path_factory):
-    out = {}
-    for commit, src in sglang_fork_trees.items():
-        out[commit] = tmp_path_factory.mktemp(f"gla-{commit}") / "python"
-        P.apply_patches(src, out[commit])
-    return out
+def patched_trees(patched_fork_trees):
+    return patched_fork_trees
 
 
 # -- the patch, torch only ---------------------------------------------------------------------------------------

@@ -443,16 +443,6 @@ def test_the_health_wait_stops_when_the_server_process_has_died():
 # -- on the image stand-in: the fork's own code ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def image_python():
-    from soarpack.imagestack import ImageStackError, ensure_image_stack
-
-    try:
-        return ensure_image_stack().python
-    except ImageStackError as exc:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"not run: the image stand-in is not available here ({exc})")
 
 
 EXTRA_PINS = ("jsonschema==4.26.0", "referencing==0.37.0", "rpds-py==0.30.0", "jsonschema-specifications==2025.9.1")

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from soarpack.bench.compare import load_runs, render, score_runs
 from soarpack.bench.competition import final_score
@@ -21,7 +20,7 @@ from soarpack.bundle.build import build_bundle
 from soarpack.bundle.manifest import MANIFEST_NAME, consistency_problems, parse_manifest
 from soarpack.bundle.summary import inspect_bundle
 from soarpack.bundle.tarpack import safe_extract, write_tarball
-from soarpack.cli import app
+from cli_results import one_error_line, run_cli
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
 from soarpack.rehearse.check import check_bundle
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
@@ -30,17 +29,6 @@ from soarpack.serve.lint import ERROR_RULES, lint_args
 DEEP = "[" * 100_000 + "]" * 100_000  # the sweep's 100,000 levels
 
 
-def run_cli(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def one_error_line(result, *said):
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and "error:" in result.output
-    flat = " ".join(result.output.split())
-    for text in said:
-        assert text in flat, (text, result.output)
 
 
 def bench_json(path, durations, **top):

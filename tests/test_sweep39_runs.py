@@ -19,27 +19,15 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from soarpack.bundle.build import build_bundle, newest_bundle
-from soarpack.cli import app
+from cli_results import one_error_line, run_cli
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.quant import calib as C
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args, **kw):
-    return CliRunner().invoke(app, [str(a) for a in args], **kw)
-
-
-def one_error_line(result, *said):
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and "error:" in result.output
-    flat = " ".join(result.output.split())
-    for text in said:
-        assert text in flat, (text, result.output)
 
 
 def _wait_for(condition, limit_s=120.0):

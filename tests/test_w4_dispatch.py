@@ -28,12 +28,8 @@ TABLE_M = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048, 8192)
 
 
 @pytest.fixture(scope="module")
-def patched_trees(sglang_fork_trees, tmp_path_factory):
-    out = {}
-    for commit, src in sglang_fork_trees.items():
-        out[commit] = tmp_path_factory.mktemp(f"w4-{commit}") / "python"
-        P.apply_patches(src, out[commit])
-    return out
+def patched_trees(patched_fork_trees):
+    return patched_fork_trees
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +177,7 @@ def test_the_dispatch_takes_only_symmetric_group128_layers(block):
     assert not block.soarpack_w4_dispatch_applies(empty, empty, s, 3, 4096, 4096)
 
 
-def test_profile_fast_is_opt_in_and_lints_clean():
+def test_profile_fast_is_the_default_and_lints_clean():
     fast, safe = load_profile("fast"), load_profile("safe")
     assert fast.patches == ["w4-dispatch"] and fast.fallback == "safe"
     assert safe.patches == [] and "w4-dispatch" not in safe.patches
@@ -190,8 +186,13 @@ def test_profile_fast_is_opt_in_and_lints_clean():
     from soarpack._toml import loads
     from soarpack.evidence import Evidence
 
+    from soarpack.recipe.profile import DEFAULT_PROFILE
+
+    assert DEFAULT_PROFILE == "fast"
     raw = loads(Path(fast.source).read_text())
-    none, served = [Evidence(**e) for e in raw["evidence"]]
+    none, served, peers = [Evidence(**e) for e in raw["evidence"]]
     assert none.kind == "none" and "nothing measured on a server with this profile's sparse backend" in none.summary
-    # the served measurement was the dense variant: related, never read as this profile's result
+    assert "sm_120" in none.risk and "sparse backend" in none.risk  # check shows what is unmeasured, as a risk
+    # the served measurements were the dense variant, and the peers' run was safe's: related, never this profile's
     assert served.kind == "soarpack" and served.relation == "related" and "dense variant" in served.summary
+    assert peers.kind == "platform" and peers.relation == "related" and peers.acc_ori == 82.18
