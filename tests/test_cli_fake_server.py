@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def fake_server():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    # SIGINT as a terminal delivers it, also where the tests themselves run with it ignored (nohup, `&`: an ignored
+    # signal is inherited, and Python then installs no KeyboardInterrupt handler).
     proc = subprocess.Popen([sys.executable, "-m", "soarpack", "fake-server", "--port", "0", "--ttft", "0.01",
                              "--token-delay", "0.0001"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+                            env=env, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url

@@ -149,8 +149,10 @@ def test_row_039_quantize_disk_full_while_saving(tiny_model_dir, full_disk):
 def _quantize_killed(tiny: Path, out: Path, patch: str, sig: int, *extra: str) -> subprocess.CompletedProcess:
     """`soarpack quantize` in a child that sends itself `sig` inside `patch` (module:function), after it ran."""
     module, func = patch.split(":")
+    # Python's own SIGINT handler, also where the tests run with SIGINT ignored (nohup, `&`: inherited by the child).
     code = textwrap.dedent(f"""
-        import os, sys, {module} as m
+        import os, signal, sys, {module} as m
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         real = m.{func}
         def hooked(*a, **k):
             result = real(*a, **k)

@@ -24,6 +24,12 @@ REPO = Path(__file__).resolve().parent.parent
 QUIET = dict(wheels=False)
 
 
+def build(out, **kwargs):
+    """A bundle on profile safe unless a test names another: these tests are about the recipe's and the calibration's
+    risks, and safe carries none of its own (the default, fast, is flagged: test_the_default_profile_names_its_risk)."""
+    return build_bundle(out, **{"profile": "safe", **kwargs})
+
+
 def _anchors(path: Path):
     """GitHub's heading slugs of a markdown file."""
     out = set()
@@ -127,7 +133,7 @@ def _names(risks):
 
 def test_w4_full_names_its_measured_risk_with_source_and_c(tmp_path):
     logged = []
-    built = build_bundle(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], on_event=lambda e: logged.append(e.message),
+    built = build(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], on_event=lambda e: logged.append(e.message),
                          wheels=False)
     assert _names(built.risks) == ["recipe-below-gate"]
     line = built.risks[0].line()
@@ -151,7 +157,7 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
     }
     for label, (kwargs, expected) in cases.items():
         out = tmp_path / f"{label.replace(' ', '-')}.tar.gz"
-        built = build_bundle(out, **kwargs, **QUIET)
+        built = build(out, **kwargs, **QUIET)
         assert _names(built.risks) == expected, label
         assert [r["name"] for r in inspect_bundle(out)["risks"]] == expected, label
         assert _names(check_bundle(out, rehearse=False).risks) == expected, label
@@ -160,11 +166,11 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
         for risk in built.risks:
             assert risk.line() in inspected and risk.line() in checked.stdout, label
         assert checked.exit_code == 1
-    fp8 = manifest_risks(json.loads(json.dumps(build_bundle(tmp_path / "f2.tar.gz", profile="fp8-kv", **QUIET).manifest)))
+    fp8 = manifest_risks(json.loads(json.dumps(build(tmp_path / "f2.tar.gz", profile="fp8-kv", **QUIET).manifest)))
     assert "ori 75-77.5" in fp8[0].message and "C = 0 (elimination)" in fp8[0].message
-    short = build_bundle(tmp_path / "s2.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).risks[0]
+    short = build(tmp_path / "s2.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).risks[0]
     assert "12 calibration rows shipped (calib/00-rows12.jsonl (12 rows)) against the 256 soarpack's default asks for" in short.message
-    built_in = build_bundle(tmp_path / "d2.tar.gz", **QUIET)
+    built_in = build(tmp_path / "d2.tar.gz", **QUIET)
     assert built_in.manifest["quantize"]["calibration"] == {
         "rows_asked": 256, "asked_by": "default", "builtin": True,
         "sources": [{"file": "calib/builtin.jsonl", "rows": 256,
@@ -172,7 +178,7 @@ def test_fp8_profile_12_rows_and_builtin_calibration_show_their_risks(tmp_path):
 
 
 def test_a_public_mix_of_256_rows_on_w4_mlp_and_safe_has_no_risk(tmp_path):
-    built = build_bundle(tmp_path / "b.tar.gz", calib=[_public_mix(tmp_path, 52)], **QUIET)
+    built = build(tmp_path / "b.tar.gz", calib=[_public_mix(tmp_path, 52)], **QUIET)
     assert built.risks == []
     text = CliRunner().invoke(app, ["inspect", str(built.path)]).stdout
     assert "risks: none known" in text
@@ -182,7 +188,7 @@ def test_a_public_mix_of_256_rows_on_w4_mlp_and_safe_has_no_risk(tmp_path):
 
 
 def test_verdict_wording_and_which_risks_block(tmp_path):
-    risks = build_bundle(tmp_path / "b.tar.gz", recipe="w4-full", **QUIET).risks  # below-gate + built-in
+    risks = build(tmp_path / "b.tar.gz", recipe="w4-full", **QUIET).risks  # below-gate + built-in
     assert verdict(None, []) == ("uploadable", True)
     assert verdict(None, risks) == (
         "NOT uploadable (recipe-below-gate: full credit unlikely; pass --accept-risk recipe-below-gate to upload "
@@ -212,7 +218,7 @@ def rehearsed(monkeypatch):
 
 
 def test_check_exits_1_for_w4_full_unless_the_risk_is_accepted(tmp_path, rehearsed):
-    bundle = build_bundle(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], **QUIET).path
+    bundle = build(tmp_path / "b.tar.gz", recipe="w4-full", calib=[_public_mix(tmp_path, 60)], **QUIET).path
     runner = CliRunner()
     refused = runner.invoke(app, ["check", str(bundle)])
     assert refused.exit_code == 1
@@ -230,7 +236,7 @@ def test_check_exits_1_for_w4_full_unless_the_risk_is_accepted(tmp_path, rehears
 
 
 def test_other_risks_exit_0_and_strict_makes_them_exit_1(tmp_path, rehearsed):
-    bundle = build_bundle(tmp_path / "b.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).path
+    bundle = build(tmp_path / "b.tar.gz", calib=[_calib(tmp_path, 12)], **QUIET).path
     runner = CliRunner()
     plain = runner.invoke(app, ["check", str(bundle)])
     assert plain.exit_code == 0 and "uploadable, 2 risks: calib-short, calib-tasks -- " in plain.stdout
@@ -259,3 +265,11 @@ def test_a_manifest_from_before_evidence_was_recorded_gets_this_soarpacks_eviden
     user = {"profile": {"name": "mine"}, "quantize": {"recipe": "recipe.toml", "recipe_name": "w4-full",
                                                       "calib": ["calib/00-mine.jsonl"]}}
     assert manifest_risks(user) == []  # a user's files: nothing known, nothing invented
+
+
+def test_the_default_profile_names_its_risk(tmp_path):
+    """The default bundle says what is unmeasured about its profile: fast's patch never ran on the platform's GPU."""
+    built = build_bundle(tmp_path / "d.tar.gz", calib=[_public_mix(tmp_path, 52)], **QUIET)
+    assert built.manifest["profile"]["name"] == "fast"
+    assert _names(built.risks) == ["profile-flagged"]
+    assert "sm_120" in built.risks[0].message and built.risks[0].source == "docs/evidence.md#w4-dispatch"
