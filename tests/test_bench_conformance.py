@@ -9,7 +9,9 @@ environment's, against `soarpack.serve.fake_server` with deterministic delays. W
 
 - bench: the same requests in the same order (the warm-up, then every tier's dispatch order at S1, the same
   multiset at S8 and Smax), the same `max_new_tokens` per request, the same flush and server-info calls, and tier
-  durations within 1 % (the delays are scripted so that file order would miss by far more: checked below);
+  durations within 1 % beyond the time the server saw each client keep it waiting (the delays are scripted so that
+  file order would miss by far more: checked below; the server measures the clients' turn-around, which a loaded
+  machine stretches, so that no check rests on the machine's speed);
 - eval: the same request per row (model, messages, temperature, max_tokens, the stop set) and the same
   `ori_accuracy` on the same answers.
 
@@ -176,13 +178,14 @@ def _python_for(stack: str, tmp_path_factory) -> str:
 
 
 def _split_runs(bodies, events):
-    """The /generate bodies per bench run: a run is a warm-up, a flush, the timed requests, a /get_server_info."""
+    """The /generate bodies per bench run: a run is a warm-up, a flush, the timed requests, a /get_server_info. Each
+    run keeps the server's timeline from its first timed request to the server-info call."""
     runs, current, body_iter = [], None, iter(bodies)
     for when, what in events:
         if what == "generate_start":
             body = next(body_iter)
             if current is None:
-                current = {"warmup": body, "timed": [], "flushed": False, "first_timed_s": None}
+                current = {"warmup": body, "timed": [], "flushed": False, "first_timed_s": None, "timeline": []}
             else:
                 current["timed"].append(body)
                 if current["first_timed_s"] is None:
@@ -191,9 +194,30 @@ def _split_runs(bodies, events):
             current["flushed"] = True
         elif what == "server_info" and current is not None:
             current["window_s"] = when - current["first_timed_s"]  # as the server saw it
+            current["timeline"].append((when, what))
             runs.append(current)
             current = None
+            continue
+        if current is not None and current["first_timed_s"] is not None:
+            current["timeline"].append((when, what))
     return runs
+
+
+def client_lag_s(run, concurrency) -> float:
+    """The time inside a run's window that the server waited on the client: a slot free while requests were still to
+    come, or nothing in flight after the last answer until the server-info call. It is the client's own overhead
+    (its turn-around between requests), which a loaded machine stretches; the server's scripted work is the rest."""
+    total, cap = len(run["timed"]), concurrency or len(run["timed"])
+    lag, in_flight, started = 0.0, 0, 0
+    timeline = run["timeline"]
+    for (when, what), (later, _) in zip(timeline, timeline[1:]):
+        if what == "generate_start":
+            in_flight, started = in_flight + 1, started + 1
+        elif what == "generate_end":
+            in_flight -= 1
+        if (in_flight < cap and started < total) or (in_flight == 0 and started == total):
+            lag += later - when
+    return lag
 
 
 def _asked(body) -> tuple:
@@ -249,21 +273,29 @@ def test_bench_sends_what_the_organisers_script_sends_and_times_it_alike(stack, 
     assert [r["output_len"] for r in report["tiers"]["s1"]["requests"]] == asked_by_them
     assert report["tiers"]["s1"]["data_sha256"] and report["server"]["headline"]["model_path"] == str(model_dir)
 
-    # Durations within 1 %, tier by tier; and the order matters enough here for that check to mean something.
+    # Durations within 1 %, tier by tier, beyond what the server saw each client make it wait; and the order matters
+    # enough here for that check to mean something. The stand-in paces each stream by deadlines, so the server's
+    # work is the same for both clients however loaded the machine; the clients' own turn-around between requests
+    # is not (a loaded machine stretches the organisers' client more than ours), and the server measures it.
     pairs = load_speed_pairs(speed_files["s8"])
     tokenizer = load_tokenizer(model_dir)
     shuffled = prepare_requests(pairs, lambda text: count_tokens(tokenizer, text), seed=1)
     expected_s8 = makespan_s([request_time_s(r.prompt, r.output_len) for r in shuffled], 8)
     file_order_s8 = makespan_s([request_time_s(q, count_tokens(tokenizer, a)) for q, a in pairs], 8)
     assert abs(file_order_s8 - expected_s8) / expected_s8 > 0.05, "the scripted delays no longer make order matter"
-    for i, (tier, name) in enumerate((("S1", "s1"), ("S8", "s8"), ("Smax", "smax"))):
+    for i, (tier, name, concurrency) in enumerate((("S1", "s1", 1), ("S8", "s8", 8), ("Smax", "smax", None))):
         mine, theirs_s = report["tiers"][name]["duration_s"], their_durations[tier]
-        assert abs(mine - theirs_s) / theirs_s <= 0.01, f"{tier}: soarpack {mine:.3f} s, organisers' {theirs_s:.3f} s"
+        lags = client_lag_s(our_runs[i], concurrency), client_lag_s(their_runs[i], concurrency)
+        assert abs(mine - theirs_s) <= 0.01 * theirs_s + max(lags), \
+            f"{tier}: soarpack {mine:.3f} s, organisers' {theirs_s:.3f} s, client lag {lags[0]:.3f} / {lags[1]:.3f} s"
         # Both clocks run from the first timed dispatch to the /get_server_info answer: what each client reports is
-        # the window the server saw, plus the last answer's way back (no warm-up, flush or pause inside).
+        # the window the server saw, plus the last answer's way back (no warm-up, flush or pause inside: each of
+        # those is a second or more here).
         for who, reported, run in (("soarpack", mine, our_runs[i]), ("organisers'", theirs_s, their_runs[i])):
-            assert 0 <= reported - run["window_s"] < 0.005 * reported + 0.05, (tier, who, reported, run["window_s"])
-    assert abs(report["tiers"]["s8"]["duration_s"] - expected_s8) / expected_s8 < 0.10
+            assert 0 <= reported - run["window_s"] < 0.01 * reported + 0.2, (tier, who, reported, run["window_s"])
+    # S8 as the server ran it, net of our client's lag: the fork's seed-1 shuffle, not the file's order.
+    s8_work = report["tiers"]["s8"]["duration_s"] - client_lag_s(our_runs[1], 8)
+    assert abs(s8_work - expected_s8) / expected_s8 < abs(file_order_s8 - expected_s8) / expected_s8 / 2
 
 
 def _assert_same_request(ours: dict, theirs: dict) -> None:

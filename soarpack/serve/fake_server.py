@@ -132,6 +132,11 @@ class FakeSGLang:
         if seconds > 0:
             self.stopping.wait(seconds)
 
+    def sleep_until(self, deadline: float) -> None:
+        """Sleep to a time.perf_counter() deadline: a stream paced by deadlines does not add up each sleep's lateness
+        (on a loaded machine a late wake-up delays one chunk, not every chunk after it)."""
+        self.sleep(deadline - time.perf_counter())
+
     # -- lifecycle -------------------------------------------------------------------------------------------
     @property
     def url(self) -> str:
@@ -299,7 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if script.hold_until_in_flight:
                 fake.hold_until_in_flight("generate", script.hold_until_in_flight)
-            fake.sleep(script.ttft_s)
+            first_token_at = time.perf_counter() + script.ttft_s
+            fake.sleep_until(first_token_at)
             sent = 0
             step = max(1, script.tokens_per_chunk)
             while sent < total and not fake.stopping.is_set():
@@ -308,7 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 if sent:
-                    fake.sleep(script.token_delay_s * step)
+                    fake.sleep_until(first_token_at + script.token_delay_s * sent)
                 sent = min(total, sent + step)
                 claimed = script.claim_tokens if script.claim_tokens is not None and sent > step else sent
                 event = {"text": " ".join(["tok"] * sent), "meta_info": {"completion_tokens": claimed, "prompt_tokens": 0},
