@@ -15,11 +15,12 @@ import pytest
 import soarpack
 from under_test import SOARPACK_ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.gptq]
 SMALL = dict(recipe="w4-full", rows=4, max_len=32, device="cpu", no_report=True)
 WAIT_S = 600  # a wait that times out fails the test rather than hanging it
 
 
+@pytest.mark.slow
+@pytest.mark.gptq
 def test_an_on_event_callback_that_prints_reaches_stdout_not_the_log(tiny_model_dir, tmp_path, capsys):
     log = tmp_path / "run.log"
     soarpack.quantize(tiny_model_dir, tmp_path / "out", log=log, **SMALL,
@@ -31,6 +32,8 @@ def test_an_on_event_callback_that_prints_reaches_stdout_not_the_log(tiny_model_
     assert "seen " not in log.read_text()  # the run's log holds its own lines and the libraries', not the caller's
 
 
+@pytest.mark.slow
+@pytest.mark.gptq
 def test_a_printing_callback_reaches_the_processs_real_stdout(tiny_model_dir, tmp_path):
     """In a fresh interpreter stdout is file descriptor 1 itself, which the run points at its log (or nowhere)."""
     code = ("import sys, soarpack\n"
@@ -44,6 +47,8 @@ def test_a_printing_callback_reaches_the_processs_real_stdout(tiny_model_dir, tm
     assert "seen start check" in lines and "seen end gptq" in lines and lines[-1] == "after the run", proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.gptq
 def test_two_quantize_threads_leave_sys_stdout_and_stderr_as_they_were(tiny_model_dir, tmp_path):
     """The first run to start finishes first while the second is still running: the order that left the second's
     exit restoring the first's closed log file as sys.stdout."""
@@ -89,3 +94,44 @@ def test_two_quantize_threads_leave_sys_stdout_and_stderr_as_they_were(tiny_mode
     assert after[0] is before[0] and after[1] is before[1], after
     assert not before[0].closed and not before[1].closed
     assert (tmp_path / "first" / "config.json").is_file() and (tmp_path / "second" / "config.json").is_file()
+
+
+# -- the capture itself (soarpack.quant.capture), without a model ----------------------------------------------------
+
+
+def test_overlapping_captures_share_one_redirect_and_the_last_restores_the_streams(tmp_path, capsys):
+    from soarpack.quant.capture import caller_streams, library_output_to
+
+    before = sys.stdout, sys.stderr
+    fd1 = os.fstat(1)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with library_output_to(tmp_path / "first.log"):
+            first_in.set()
+            assert second_in.wait(60)
+            print("first's library line")
+        first_out.set()
+
+    def second():
+        assert first_in.wait(60)
+        with library_output_to(tmp_path / "second.log"):
+            second_in.set()
+            assert first_out.wait(60)
+            print("second's library line")  # after the first's log was closed
+            with caller_streams():
+                print("second's caller line")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    after = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = before
+    assert after[0] is before[0] and after[1] is before[1]
+    assert (os.fstat(1).st_ino, os.fstat(1).st_dev) == (fd1.st_ino, fd1.st_dev)  # fd 1 leads where it led
+    assert "first's library line" in (tmp_path / "first.log").read_text()
+    second_log = (tmp_path / "second.log").read_text()
+    assert "second's library line" in second_log and "caller line" not in second_log
+    assert capsys.readouterr().out == "second's caller line\n"
