@@ -4,6 +4,14 @@ A step is a function of a shared context returning `Done(line, data, versions)` 
 StepSkipped or StepFailed (or any SoarpackError) with its one line. The runner times each step, skips the
 dependants of a step that did not pass with a reason derived from `needs` (never listed by hand), and hands every
 event to one callback. Libraries emit `Event`s and never print; the CLI renders them (soarpack.cli.output).
+
+Two ways to run the same steps:
+- a rehearsal (`check`): every step gets a result, a failed one included, and the report is the outcome;
+- a pipeline (`quantize`, `build`: `stop_at_failure=True`): the first step that fails ends the run, its error raised
+  as it is (the command's one `error:` line); a skipped step still skips its dependants.
+A step that raises out of the run (a pipeline's failure, a Ctrl-C, a bug) ends with an "end" event that says how
+(`failed`, `interrupted`) and carries no result. `announce=False`: no "start"/"end" events, for a command whose
+steps say their own lines (`build`).
 """
 
 from __future__ import annotations
@@ -131,7 +139,8 @@ def interpreter_versions() -> Dict[str, str]:
 
 
 class Runner:
-    def __init__(self, steps: Sequence[Step], on_event: EventCallback = no_events):
+    def __init__(self, steps: Sequence[Step], on_event: EventCallback = no_events, *, stop_at_failure: bool = False,
+                 announce: bool = True):
         seen: set = set()
         for s in steps:
             unknown = [n for n in s.needs if n not in seen]
@@ -139,9 +148,14 @@ class Runner:
                 raise ValueError(f"step {s.name!r}: " + (f"needs {unknown}, not declared before it" if unknown else "declared twice"))
             seen.add(s.name)
         self.steps, self.on_event = list(steps), on_event
+        self.stop_at_failure, self.announce = stop_at_failure, announce
 
     def say(self, phase: str, message: str) -> None:
         self.on_event(Event("info", phase, message))
+
+    def _announce(self, event: Event) -> None:
+        if self.announce:
+            self.on_event(event)
 
     def run(self, ctx: Any, report: Optional[RunReport] = None) -> RunReport:
         report = report if report is not None else RunReport()
@@ -156,11 +170,11 @@ class Runner:
                 result = StepResult(s.name, SKIP, detail, gates=s.gates, needs=s.needs,
                                     data={"blocked_by": blocked.name, "cause": root.name})
             else:
-                self.on_event(Event("start", s.name))
+                self._announce(Event("start", s.name))
                 result = self._run_one(s, ctx)
             done[s.name] = result
             report.steps.append(result)
-            self.on_event(Event("end", s.name, result.detail, result.seconds, result=result))
+            self._announce(Event("end", s.name, result.detail, result.seconds, result=result))
         return report
 
     def _run_one(self, s: Step, ctx: Any) -> StepResult:
@@ -170,14 +184,33 @@ class Runner:
             out = s.run(ctx)
             done = out if isinstance(out, Done) else Done(out or "")
             detail, versions, data = done.detail, done.versions, dict(done.data)
-        except StepFailed as exc:
-            status, detail, data = (SKIP if isinstance(exc, StepSkipped) else FAIL), str(exc), dict(exc.data)
+        except StepSkipped as exc:
+            status, detail, data = SKIP, str(exc), dict(exc.data)
             versions = data.pop("versions", None)
-        except HostError:
-            raise  # this machine cannot run the step (a read-only cache, say): not a failure of what is checked
+        except StepFailed as exc:
+            self._raise_in_a_pipeline(s, t0, exc)
+            status, detail, data = FAIL, str(exc), dict(exc.data)
+            versions = data.pop("versions", None)
+        except HostError as exc:
+            # this machine cannot run the step (a read-only cache, say): not a failure of what is checked
+            self._ended_by(s, t0, exc)
+            raise
         except SoarpackError as exc:
+            self._raise_in_a_pipeline(s, t0, exc)
             status, detail = FAIL, str(exc)
+        except BaseException as exc:
+            self._ended_by(s, t0, exc)
+            raise
         return StepResult(s.name, status, detail, round(time.monotonic() - t0, 2), versions, data, s.gates, s.needs)
+
+    def _raise_in_a_pipeline(self, s: Step, t0: float, exc: BaseException) -> None:
+        if self.stop_at_failure:
+            self._ended_by(s, t0, exc)
+            raise exc
+
+    def _ended_by(self, s: Step, t0: float, exc: BaseException) -> None:
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        self._announce(Event("end", s.name, how, round(time.monotonic() - t0, 2)))
 
 
 def lines_to(on_event: EventCallback, phase: str, kind: str = "info") -> Callable[[str], None]:

@@ -214,7 +214,7 @@ def _strip_from_quantization_config(ckpt: Path, key: str) -> None:
 def test_a_default_changed_on_the_model_moves_lint_verify_and_the_report(tmp_path, tiny_model_dir):
     """Each reader of a recipe reads the model: none keeps a copy of a default."""
     from soarpack.quant.options import quantize_options
-    from soarpack.quant.run import RunLog, check_inputs, module_bits
+    from soarpack.quant.run import Lines, check_inputs, module_bits
     from soarpack.quant.verify import verify_report
     from soarpack.serve.lint import lint_args
 
@@ -223,7 +223,7 @@ def test_a_default_changed_on_the_model_moves_lint_verify_and_the_report(tmp_pat
     lines = []
 
     def report_lines(out: Path) -> dict:
-        log = RunLog(None, lambda e: lines.append(e.message))
+        log = Lines(lambda e: lines.append(e.message))
         run = check_inputs(tiny_model_dir, out, [tiny_model_dir], quantize_options(recipe=str(mine), device="cpu"), log)
         return module_bits(run)
 

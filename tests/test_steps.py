@@ -79,3 +79,51 @@ def test_a_need_must_be_declared_before_it_is_needed():
 def test_blocking_risks_reach_the_gate():
     report = RunReport(risks=[Risk("w4-full", "measured ori 78.0", blocks=True), Risk("calib", "built-in prompts")])
     assert report.gate()["risks"] == ["w4-full"]
+
+
+# -- a pipeline (quantize, build): the first step that fails ends the run ---------------------------------------
+
+
+def _pipeline(error: BaseException, at: str = "b"):
+    def body(name):
+        def run(ctx):
+            ctx.append(name)
+            if name == at:
+                raise error
+        return run
+
+    return [step(n, needs=needs)(body(n)) for n, needs in {"a": (), "b": ("a",), "c": ("b",)}.items()]
+
+
+@pytest.mark.parametrize("error, how", [(ConfigError("--rows 0 is not a row count"), "failed"),
+                                        (KeyboardInterrupt(), "interrupted"), (OSError(28, "no space"), "failed")])
+def test_a_pipeline_raises_the_first_failure_as_it_is_and_says_how_the_step_ended(error, how):
+    ran, events = [], []
+    with pytest.raises(type(error)) as raised:
+        Runner(_pipeline(error), events.append, stop_at_failure=True).run(ran)
+    assert raised.value is error and ran == ["a", "b"]  # nothing after it ran
+    assert [(e.kind, e.phase, e.message) for e in events] == [("start", "a", ""), ("end", "a", ""),
+                                                              ("start", "b", ""), ("end", "b", how)]
+    assert events[1].result.status == PASS and events[3].result is None  # it raised: no result to show
+
+
+def test_a_rehearsal_records_a_failure_and_goes_on_where_a_pipeline_stops():
+    ran = []
+    report = Runner(_pipeline(ConfigError("bad"))).run(ran)
+    assert report.status() == {"a": PASS, "b": FAIL, "c": SKIP} and ran == ["a", "b"]
+
+
+def test_a_skip_in_a_pipeline_still_skips_its_dependants():
+    ran = []
+    report = Runner(_pipeline(StepSkipped("nothing to do")), stop_at_failure=True).run(ran)
+    assert report.status() == {"a": PASS, "b": SKIP, "c": SKIP} and ran == ["a", "b"]
+    assert report["c"].detail == "needs b, which was skipped: nothing to do"
+
+
+def test_steps_that_say_their_own_lines_are_not_announced():
+    events = []
+    Runner(_pipeline(StepSkipped("x"), at="none"), events.append, stop_at_failure=True, announce=False).run([])
+    assert events == []
+    with pytest.raises(ConfigError):
+        Runner(_pipeline(ConfigError("bad")), events.append, stop_at_failure=True, announce=False).run([])
+    assert events == []

@@ -287,22 +287,22 @@ def test_sglang_apply_on_a_full_disk_is_one_error_line(tmp_path, monkeypatch):
 
 
 def test_quantize_log_on_a_full_disk_is_one_error_line(tiny_model_dir, tmp_path, monkeypatch):
-    from soarpack.quant import run as R
+    from soarpack.quant import logfile as R
 
-    real = R.RunLog._write
+    real = R.LogFile._write
 
     def full_from_calibration(self, text):  # the log's device fills up once the calibration phase starts
         if text.startswith("calibration ..."):
             _enospc()
         return real(self, text)
 
-    monkeypatch.setattr(R.RunLog, "_write", full_from_calibration)
+    monkeypatch.setattr(R.LogFile, "_write", full_from_calibration)
     log = tmp_path / "q.log"
     result = run_cli("quantize", tiny_model_dir, tmp_path / "q", "--log", log, "--rows", 8, "--max-len", 64)
     one_error_line(result, "no space left on the device after check", f"the log {log} is incomplete")
     assert not (tmp_path / "q").exists() and "check ..." in log.read_text()  # the work had begun: the log stays
     # refused in the check phase (the first line the log takes), the run did no work: no log is left behind
-    monkeypatch.setattr(R.RunLog, "_write", lambda self, text: _enospc())
+    monkeypatch.setattr(R.LogFile, "_write", lambda self, text: _enospc())
     result = run_cli("quantize", tiny_model_dir, tmp_path / "q", "--log", tmp_path / "q2.log", "--rows", 8)
     one_error_line(result, "no space left on the device")
     assert "incomplete" not in result.output and not (tmp_path / "q2.log").exists()

@@ -33,8 +33,8 @@ from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.facts import image
 from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
-from soarpack.recipe.files import is_path
-from soarpack.steps import Event, EventCallback, no_events
+from soarpack.recipe.files import Located, locate
+from soarpack.steps import Event, EventCallback, Runner, no_events, step
 
 PLATFORM = "platform"
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -134,14 +134,13 @@ def _copy_sources(stage: Path) -> None:
         (stage / name).chmod(0o755)
 
 
-def _recipe_entry(stage: Path, recipe: Union[str, Path]) -> tuple:
-    """Validate the recipe; return (what the manifest names, the Recipe)."""
-    from soarpack.recipe.model import load_recipe, locate_recipe
+def _recipe_entry(stage: Path, where: Located) -> tuple:
+    """Validate the recipe; return (what the manifest names, the Recipe). A user's file ships as recipe.toml."""
+    from soarpack.recipe.model import load_recipe
 
-    where = locate_recipe(recipe)
-    rec = load_recipe(where.path if where.builtin is None else where.builtin)
-    if where.builtin is None:
-        shutil.copyfile(where.path, stage / layout.RECIPE_FILE)
+    rec = load_recipe(where)
+    if where.user_file is not None:
+        shutil.copyfile(where.user_file, stage / layout.RECIPE_FILE)
         return layout.RECIPE_FILE, rec
     return where.builtin, rec
 
@@ -247,11 +246,12 @@ def _check_sglang_src(sglang_src: Union[str, Path]) -> None:
                           "a bundle ships only the fork's own files; remove the link or ship the patch set ('platform')")
 
 
-def _input_paths(profile: Optional[str], recipe, sglang_src, calib: Sequence[Path], wheel_dir) -> List[Path]:
+def _input_paths(b: "Build") -> List[Path]:
     """Every file or folder the build reads that a user named: the output may be none of them, nor inside one."""
-    files = [Path(str(p)) for p in (profile, recipe) if p is not None and is_path(p) and Path(str(p)).is_file()]
-    folders = [Path(str(p)) for p in (None if str(sglang_src) == PLATFORM else sglang_src, wheel_dir) if p is not None]
-    return files + folders + list(calib)
+    files = [w.user_file for w in (b.profile_at, b.recipe_at) if w.user_file is not None]
+    folders = [Path(str(p)) for p in (None if str(b.sglang_src) == PLATFORM else b.sglang_src, b.wheel_dir)
+               if p is not None]
+    return files + folders + list(b.calib)
 
 
 def lint_profile_for_bundle(profile, recipe, patched: Sequence[str]) -> List[str]:
@@ -273,11 +273,174 @@ def _fallback_findings(profile, recipe) -> List[str]:
     return out
 
 
+@dataclass
+class Build:
+    """What the steps share: the inputs, their references located once, and what earlier steps staged."""
+
+    out: Optional[Path]
+    profile_at: Located
+    recipe_at: Located
+    profile: Any  # soarpack.recipe.profile.Profile
+    sglang_src: Union[str, Path]
+    calib: List[Path]
+    wheels: bool
+    wheel_dir: Optional[Path]
+    cache_dir: Optional[Path]
+    calib_rows: Optional[int]
+    rows: Optional[int]
+    max_bytes: int
+    warn_bytes: int
+    force: bool
+    on_event: EventCallback
+    stage: Path
+    inputs: List[Path] = field(default_factory=list)
+    out_path: Optional[Path] = None
+    fallback: Any = None  # the fallback Profile, if the profile names one
+    warnings: List[str] = field(default_factory=list)
+    recipe_entry: str = ""
+    recipe: Any = None  # soarpack.recipe.model.Recipe
+    calibration: tuple = ([], [], None)  # (calibration files, held-out files, the record), as the manifest names them
+    sglang: Dict[str, Any] = field(default_factory=dict)
+    wheel_names: List[str] = field(default_factory=list)
+    wheel_source: str = "none"
+    manifest: Any = None  # soarpack.bundle.manifest.Manifest
+    size: int = 0
+    placed: str = "created"
+
+    def say(self, message: str) -> None:
+        self.on_event(Event("info", "build", message))
+
+
+@step("inputs")
+def check_inputs(b: Build) -> None:
+    """Every input refused before any work: the fork, the calibration files, the names, the output's folder."""
+    if str(b.sglang_src) != PLATFORM:
+        _check_sglang_src(b.sglang_src)
+    for c in b.calib:
+        if not c.exists():
+            raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
+        if not c.is_file():  # a directory, a device or a pipe: the bundle ships a copy, read again on the platform
+            raise ConfigError(f"--calib {c} is not a regular file", "pass a JSONL or text file (a bundle ships a copy "
+                              "of it, so a device or a pipe cannot be one)")
+    check_input_names(b.calib + ([b.recipe_at.user_file] if b.recipe_at.user_file is not None else []))
+    if b.wheel_dir is not None and not b.wheels:
+        raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
+    b.inputs = _input_paths(b)
+    # without -o, a probe of the folder: the name comes from the content
+    b.out_path = b.out if b.out is not None else default_output(b.profile.name, "recipe", "0" * 8)
+    ensure_writable_output(b.out_path, what="-o", inputs=b.inputs, make_parent=True)
+    from soarpack.recipe.profile import load_profile
+
+    b.fallback = load_profile(b.profile.fallback) if b.profile.fallback else None
+
+
+@step("recipe", needs=["inputs"])
+def stage_recipe(b: Build) -> None:
+    b.recipe_entry, b.recipe = _recipe_entry(b.stage, b.recipe_at)
+    b.warnings += lint_profile_for_bundle(b.profile, b.recipe, b.profile.patches)
+    if b.fallback is not None:
+        b.warnings += [f"fallback {b.fallback.name}: {w}" for w in _fallback_findings(b.fallback, b.recipe)]
+    b.say(f"profile {b.profile.name}: recipe {b.recipe_entry}, patches {', '.join(b.profile.patches) or 'none'}")
+
+
+@step("sources", needs=["inputs"])
+def stage_sources(b: Build) -> None:
+    _copy_sources(b.stage)
+
+
+@step("calibration", needs=["recipe"])
+def stage_calibration(b: Build) -> None:
+    rec = b.recipe
+    if rec.quantizes:
+        b.calibration = _calibration(b.stage, b.calib, b.calib_rows, rec, b.rows)
+        b.say(calibration_line(b.calibration[2]))
+        return
+    # nothing to calibrate: prepare_model.sh copies the original checkpoint
+    if b.calib or b.rows is not None:
+        raise ConfigError(f"recipe {rec.name} quantizes nothing (method = \"none\"): "
+                          f"{'--calib' if b.calib else '--rows'} has no use", "leave it out, or pick a GPTQ recipe")
+    b.say(f"no calibration: recipe {rec.name} quantizes nothing; prepare_model.sh copies the original checkpoint")
+
+
+@step("sglang", needs=["inputs"])
+def stage_sglang(b: Build) -> None:
+    b.sglang = _sglang(b.stage, b.sglang_src, b.profile.patches)
+    b.warnings += b.sglang.pop("dropped_links", [])
+
+
+@step("wheels", needs=["inputs"])
+def stage_wheels(b: Build) -> None:
+    from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
+
+    if not b.wheels:
+        b.warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
+                          "so prepare_model.sh will fail there; use this bundle for rehearsal only")
+        return
+    b.wheel_names = collect_wheels(b.stage / layout.WHEELS_DIR, cache=b.cache_dir, wheel_dir=b.wheel_dir,
+                                   on_event=b.on_event)
+    b.wheel_source = "dir" if b.wheel_dir else "lock"
+    problems = image_compatibility_problems(sorted((b.stage / layout.WHEELS_DIR).glob("*.whl")))
+    if problems:
+        raise WheelError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                         f"the platform image ({image.describe_short()}) cannot run this wheel set; "
+                         "pin a release that supports it")
+
+
+@step("manifest", needs=["recipe", "sources", "calibration", "sglang", "wheels"])
+def write_manifest(b: Build) -> None:
+    prof, rec = b.profile, b.recipe
+    calib_names, held_out_names, calib_origin = b.calibration
+    meta = {
+        "soarpack_version": soarpack.__version__,
+        "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
+                    "patches": list(prof.patches), "fallback": prof.fallback,
+                    "fallback_args": (b.fallback or prof).args_string()},
+        "quantize": {"recipe": b.recipe_entry, "recipe_name": rec.name, "calib": calib_names,
+                     "held_out": held_out_names, "extra_args": quantize_extra_args(b.rows),
+                     "calibration": calib_origin, **({} if rec.quantizes else {"method": "none"})},
+        "evidence": evidence_record(rec, prof),
+        "sglang": b.sglang,
+        "wheels": {"source": b.wheel_source, "files": b.wheel_names},
+    }
+    # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
+    atomic_write_text(b.stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
+    b.manifest = render_manifest(b.stage, meta)
+    atomic_write_json(b.stage / MANIFEST_NAME, b.manifest.as_json())
+
+
+@step("credentials", needs=["manifest"])
+def scan_credentials(b: Build) -> None:
+    scan_tree(b.stage)  # the finished tree, MANIFEST.json included: what check scans in the upload
+
+
+@step("pack", needs=["credentials"])
+def pack(b: Build) -> None:
+    if b.out is None:
+        b.out_path = default_output(b.profile.name, b.recipe.name, b.manifest.id)
+        ensure_writable_output(b.out_path, what="-o", inputs=b.inputs)
+    # Packed beside the target and placed only once it is complete and within the limit.
+    with placing(b.out_path, force=b.force, inputs=b.inputs, what="-o", log=b.say) as packing:
+        write_tarball(b.stage, packing.path)
+        b.size = packing.path.stat().st_size
+        if b.size > b.max_bytes:
+            raise BundleTooLargeError(f"the bundle is {b.size / 1e9:.2f} GB, over the platform's "
+                                      f"{b.max_bytes / 1e9:.2f} GB limit",
+                                      "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
+    b.placed = packing.placed.outcome
+    if b.size > b.warn_bytes:
+        b.warnings.append(f"the bundle is {b.size / 1e9:.2f} GB, close to the {b.max_bytes / 1e9:.2f} GB limit")
+
+
+# The build, in order: each step says its own lines (the runner announces none), and the first that fails ends it.
+STEPS = [check_inputs, stage_recipe, stage_sources, stage_calibration, stage_sglang, stage_wheels, write_manifest,
+         scan_credentials, pack]
+
+
 def build_bundle(
     out: Optional[Union[str, Path]] = None,
     *,
-    profile: Optional[str] = None,
-    recipe: Optional[Union[str, Path]] = None,
+    profile: Optional[Union[str, Path, Located]] = None,
+    recipe: Optional[Union[str, Path, Located]] = None,
     sglang_src: Union[str, Path] = PLATFORM,
     calib: Sequence[Union[str, Path]] = (),
     wheels: bool = True,
@@ -296,104 +459,29 @@ def build_bundle(
     `out` None: soarpack-PROFILE-RECIPE-HASH8.tar.gz in the current folder, named after the content. An existing
     output with other bytes is replaced only with `force`; the same bytes are up to date (`placed`). Both are
     decided when the bundle is placed, so two builds to one name cannot both replace it."""
-    from soarpack.bundle.wheels import WheelError, collect_wheels, image_compatibility_problems
     from soarpack.recipe.profile import DEFAULT_PROFILE, load_profile
 
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
         raise ConfigError(f"--rows {rows!r} is not a row count", "pass --rows N with N of 1 or more")
-    prof = load_profile(profile or DEFAULT_PROFILE)
-    recipe_ref = recipe if recipe is not None else prof.recipe
-    if recipe_ref is None:
+    # The references, located once here: the steps get where they are, never the strings again.
+    profile_at = locate(profile or DEFAULT_PROFILE, "profile")
+    prof = load_profile(profile_at)
+    if recipe is None and prof.recipe is None:
         raise ConfigError(f"profile {prof.name} names no recipe", "pass --recipe FILE or pick a profile with a recipe")
-    if str(sglang_src) != PLATFORM:
-        _check_sglang_src(sglang_src)
-    calib = [Path(c) for c in calib]
-    for c in calib:
-        if not c.exists():
-            raise ConfigError(f"--calib {c} does not exist", "pass a JSONL or text file")
-        if not c.is_file():  # a directory, a device or a pipe: the bundle ships a copy, read again on the platform
-            raise ConfigError(f"--calib {c} is not a regular file", "pass a JSONL or text file (a bundle ships a copy "
-                              "of it, so a device or a pipe cannot be one)")
-    check_input_names(calib + ([Path(str(recipe))] if recipe is not None and is_path(recipe) else []))
-    if wheel_dir is not None and not wheels:
-        raise ConfigError("--wheel-dir and --no-wheels contradict each other", "pass one of them")
-    inputs = _input_paths(profile, recipe, sglang_src, calib, wheel_dir)
-    out_path = Path(out) if out is not None else default_output(prof.name, "recipe", "0" * 8)  # probe: the folder
-    ensure_writable_output(out_path, what="-o", inputs=inputs, make_parent=True)
-    fallback = load_profile(prof.fallback) if prof.fallback else None
-    warnings: List[str] = []
-
+    recipe_at = locate(recipe if recipe is not None else prof.recipe, "recipe")
     with tempfile.TemporaryDirectory(prefix="soarpack-build-") as tmp:
-        stage = Path(tmp) / "bundle"
-        stage.mkdir()
-        recipe_entry, rec = _recipe_entry(stage, recipe_ref)
-        warnings += lint_profile_for_bundle(prof, rec, prof.patches)
-        if fallback is not None:
-            warnings += [f"fallback {fallback.name}: {w}" for w in _fallback_findings(fallback, rec)]
-        on_event(Event("info", "build", f"profile {prof.name}: recipe {recipe_entry}, patches {', '.join(prof.patches) or 'none'}"))
-        _copy_sources(stage)
-        if rec.quantizes:
-            calib_names, held_out_names, calib_origin = _calibration(stage, calib, calib_rows, rec, rows)
-            on_event(Event("info", "build", calibration_line(calib_origin)))
-        else:  # nothing to calibrate: prepare_model.sh copies the original checkpoint
-            if calib or rows is not None:
-                raise ConfigError(f"recipe {rec.name} quantizes nothing (method = \"none\"): "
-                                  f"{'--calib' if calib else '--rows'} has no use",
-                                  "leave it out, or pick a GPTQ recipe")
-            calib_names, held_out_names, calib_origin = [], [], None
-            on_event(Event("info", "build", f"no calibration: recipe {rec.name} quantizes nothing; prepare_model.sh "
-                                            "copies the original checkpoint"))
-        sglang = _sglang(stage, sglang_src, prof.patches)
-        warnings += sglang.pop("dropped_links", [])
-        fallback_args = fallback.args_string() if fallback is not None else prof.args_string()
-        if wheels:
-            wheel_names = collect_wheels(stage / layout.WHEELS_DIR, cache=Path(cache_dir) if cache_dir else None,
-                                         wheel_dir=Path(wheel_dir) if wheel_dir else None, on_event=on_event)
-            wheel_source = "dir" if wheel_dir else "lock"
-            problems = image_compatibility_problems(sorted((stage / layout.WHEELS_DIR).glob("*.whl")))
-            if problems:
-                raise WheelError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                                 f"the platform image ({image.describe_short()}) cannot run this wheel set; "
-                                 "pin a release that supports it")
-        else:
-            wheel_names, wheel_source = [], "none"
-            warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
-                            "so prepare_model.sh will fail there; use this bundle for rehearsal only")
-        meta = {
-            "soarpack_version": soarpack.__version__,
-            "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
-                        "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
-            "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,
-                         "held_out": held_out_names, "extra_args": quantize_extra_args(rows),
-                         "calibration": calib_origin, **({} if rec.quantizes else {"method": "none"})},
-            "evidence": evidence_record(rec, prof),
-            "sglang": sglang,
-            "wheels": {"source": wheel_source, "files": wheel_names},
-        }
-        # bundle.env and MANIFEST.json are one record: the env is rendered from the manifest's fields.
-        atomic_write_text(stage / layout.BUNDLE_ENV, render_bundle_env(render_manifest(None, meta)))
-        manifest = render_manifest(stage, meta)
-        atomic_write_json(stage / MANIFEST_NAME, manifest.as_json())
-        scan_tree(stage)  # the finished tree, MANIFEST.json included: what check scans in the upload
-        if out is None:
-            out_path = default_output(prof.name, rec.name, manifest.id)
-            ensure_writable_output(out_path, what="-o", inputs=inputs)
-        # Packed beside the target and placed only once it is complete and within the limit.
-        with placing(out_path, force=force, inputs=inputs, what="-o",
-                     log=lambda m: on_event(Event("info", "build", m))) as packing:
-            write_tarball(stage, packing.path)
-            size = packing.path.stat().st_size
-            if size > max_bytes:
-                raise BundleTooLargeError(f"the bundle is {size / 1e9:.2f} GB, over the platform's {max_bytes / 1e9:.2f} GB limit",
-                                          "drop --sglang-src DIR (ship the patch set) or bundle fewer calibration files")
-        if size > warn_bytes:
-            warnings.append(f"the bundle is {size / 1e9:.2f} GB, close to the {max_bytes / 1e9:.2f} GB limit")
-    for w in warnings:
+        b = Build(Path(out) if out is not None else None, profile_at, recipe_at, prof, sglang_src,
+                  [Path(c) for c in calib], wheels, Path(wheel_dir) if wheel_dir else None,
+                  Path(cache_dir) if cache_dir else None, calib_rows, rows, max_bytes, warn_bytes, force, on_event,
+                  Path(tmp) / "bundle")
+        b.stage.mkdir()
+        Runner(STEPS, on_event, stop_at_failure=True, announce=False).run(b)
+    for w in b.warnings:
         on_event(Event("problem", "build", w))
-    risks = manifest_risks(manifest.as_json())
+    risks = manifest_risks(b.manifest)
     for risk in risks:
         on_event(Event("info", "build", risk.line()))
-    return BuildResult(out_path, size, manifest.as_json(), manifest.id, warnings, risks, packing.placed.outcome)
+    return BuildResult(b.out_path, b.size, b.manifest.as_json(), b.manifest.id, b.warnings, risks, b.placed)
 
 
 # Who asked for the calibration rows (resolve_calibration's sources), as build, inspect and the risks say it.

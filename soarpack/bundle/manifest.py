@@ -25,6 +25,7 @@ from soarpack import __version__
 from soarpack.bundle.tarpack import iter_tree
 from soarpack.errors import SoarpackError
 from soarpack.fsutil import sha256_file
+from soarpack.recipe.files import Located
 from soarpack.schema import StrictModel, validated
 
 MANIFEST_NAME = "MANIFEST.json"
@@ -113,15 +114,30 @@ class Manifest(StrictModel):
         text = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def recipe_ref(self, root: Path) -> Union[str, Path]:
-        """The recipe as `load_recipe` takes it: the bundle's recipe file, or a built-in name."""
-        from soarpack.recipe.files import is_path
+    def recipe_source(self, root: Path) -> Located:
+        """Where the recipe is, for the bundle unpacked at root: its own file, or a built-in (`recipe_is_bundled`)."""
+        from soarpack.recipe.files import locate
 
-        return Path(root) / self.quantize.recipe if is_path(self.quantize.recipe) else self.quantize.recipe
+        entry = self.quantize.recipe
+        return Located(Path(root) / entry, None) if recipe_is_bundled(entry) else locate(entry, "recipe")
+
+    def recipe_ref(self, root: Path) -> Union[str, Path]:
+        """The recipe as the platform's `quantize --recipe` gets it: the bundle's recipe file, or a built-in name."""
+        return Path(root) / self.quantize.recipe if recipe_is_bundled(self.quantize.recipe) else self.quantize.recipe
 
     def patched(self) -> set:
         """The patches the server runs with when they apply (none when the image's SGLang is used as is)."""
         return set(self.profile.patches) if self.sglang.mode in ("platform", "tree") else set()
+
+
+def recipe_is_bundled(entry: str) -> bool:
+    """The one rule for MANIFEST quantize.recipe: a path (soarpack.recipe.files.is_path; build writes a user's recipe
+    as the bundle's recipe.toml) names the bundle's own file, anything else a built-in recipe. preprocess_model.py,
+    which imports nothing of soarpack, asks whether the bundle holds the file: the same answer for every bundle
+    build writes."""
+    from soarpack.recipe.files import is_path
+
+    return is_path(entry)
 
 
 def file_table(root: Path) -> dict[str, dict[str, Any]]:

@@ -129,9 +129,12 @@ def evidence_risk_lines(profile: Optional[str], recipe: Optional[str]) -> List[s
     return [r.line() for r in risks_of(str(recipe), recipe_ev, str(profile), profile_ev, None)]
 
 
-def manifest_risks(manifest: Dict[str, Any]) -> List[Risk]:
-    """The risks of a bundle from its MANIFEST.json. A bundle built before evidence was recorded gets this
-    soarpack's evidence for its built-in recipe and profile names, and the calibration risk its file list shows."""
+def manifest_risks(manifest: Any) -> List[Risk]:
+    """The risks of a bundle from its MANIFEST.json (parsed, or the typed soarpack.bundle.manifest.Manifest). A
+    bundle built before evidence was recorded gets this soarpack's evidence for its built-in recipe and profile
+    names, and the calibration risk its file list shows."""
+    if not isinstance(manifest, dict):  # a Manifest: the keys it was written with (an older one lacks `evidence`)
+        manifest = manifest.as_json()
     quant = manifest.get("quantize") or {}
     recipe = str(quant.get("recipe_name") or quant.get("recipe"))
     profile = str((manifest.get("profile") or {}).get("name"))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import MANIFEST_NAME, manifest_json
+from soarpack.bundle.manifest import MANIFEST_NAME, manifest_json, recipe_is_bundled
 from soarpack.bundle.summary import _read_member  # the same member rules and size cap as `inspect`
 from soarpack.errors import SoarpackError
 from soarpack.printable import printable
@@ -100,10 +100,9 @@ def script_logs(script: str) -> List[str]:
 def quantize_line(manifest: Dict[str, Any]) -> List[str]:
     """The `soarpack quantize` command preprocess_model.py builds from MANIFEST.json (its quantize_command)."""
     quant = manifest.get("quantize") or {}
-    recipe = quant.get("recipe")
-    files = manifest.get("files") or {}
+    recipe = str(quant.get("recipe"))
     cmd = ["$SOARPACK_PYTHON", "-m", "soarpack", "quantize", ORIGINAL, QUANTIZED, "--recipe",
-           f"{BUNDLE}/{recipe}" if recipe in files else str(recipe)]
+           f"{BUNDLE}/{recipe}" if recipe_is_bundled(recipe) else recipe]
     for flag, key in (("--calib", "calib"), ("--held-out", "held_out")):
         for name in quant.get(key) or []:
             cmd += [flag, f"{BUNDLE}/{name}"]

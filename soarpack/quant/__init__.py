@@ -3,6 +3,7 @@
 options     the typed options of a run and their defaults (the only ones); calibration settings: soarpack.recipe
 calib       calibration rows and disjoint held-out rows: SOAR/text/messages JSONL or text files, or built-in prompts
 run         `quantize()`: check -> calibration -> load -> sanity -> gptq -> save -> quality -> verify
+logfile     where a run's output goes: the caller's events, the --log file, the libraries' capture (capture)
 quality     the math of the sanity and quality phases: next-token loss, log-probabilities, KL
 engine      the one seam to GPTQModel: the SALA definition and its transformers view, its QuantizeConfig, `run_gptq`
 finalize    the checkpoint files: packed tensors, original 16-bit tensors, config.json, side files byte for byte

@@ -6,7 +6,9 @@ here, not after twenty minutes) → gptq (soarpack.quant.engine, the one seam to
 quality (KL of the written checkpoint against the original on the held-out rows; the math is soarpack.quant.quality)
 → verify → rename.
 
-Progress goes to an `on_event` callback (the CLI renders it) and, when asked, to a plain log file.
+Each phase is a step of soarpack.steps' Runner, as `check`'s are (STEPS; `steps_for` leaves out what the options
+turn off), run as a pipeline: the first phase that fails ends the run with its error. Progress goes to an
+`on_event` callback (the CLI renders it) and, when asked, to a plain log file (soarpack.quant.logfile).
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
 from soarpack.errors import CheckpointError, ConfigError, SoarpackError
+from soarpack.quant.logfile import run_output
 from soarpack.quant.options import HELD_OUT_MAX_LEN, CalibrationSettings, QuantizeOptions, resolve_calibration
 from soarpack.quant.quality import kl_stats, logprobs_of, next_token_loss
 from soarpack.quant.warmup import start_warmups
 from soarpack.sala.gla import current_backend, use_backend
-from soarpack.steps import Event, EventCallback
+from soarpack.steps import Event, EventCallback, Runner, Step, step
 
 REPORT_FILE = "soarpack_quant_report.json"
 
@@ -90,12 +93,60 @@ class Sanity:
     gla: Any  # soarpack.quant.glacheck.GlaVerdict: the backend the rest of the run uses
 
 
+class Lines:
+    """What the phases say: `info` a line, `note` a fallback taken (shown even when quiet, and kept in the report),
+    `layer` a GPTQ layer started, with its estimate of the time left."""
+
+    def __init__(self, on_event: EventCallback):
+        self.emit = on_event
+        self.notes: List[str] = []
+        self._layers_t0 = time.perf_counter()
+
+    def info(self, phase: str, message: str) -> None:
+        self.emit(Event("info", phase, message))
+
+    def note(self, phase: str, message: str) -> None:
+        self.notes.append(message)
+        self.emit(Event("problem", phase, message))
+
+    def layers_start(self) -> None:
+        self._layers_t0 = time.perf_counter()
+
+    def layer(self, i: int, n: int) -> None:
+        spent = time.perf_counter() - self._layers_t0
+        eta = f", eta {spent / i * (n - i):.0f}s" if i else ""
+        # counted from 1, as the bar counts: `layer 3/8 started` is the third (done = the 2 before it)
+        self.emit(Event("progress", "gptq", f"gptq layer {i + 1}/{n} started after {spent:.1f}s{eta}", spent, i, n))
+
+
+@dataclass
+class Quantization:
+    """What the phases share: the inputs, and what earlier phases established."""
+
+    model_dir: Path
+    out_dir: Path
+    opts: QuantizeOptions
+    inputs: List[Path]
+    lines: Lines
+    stack: contextlib.ExitStack  # what lasts to the end of the run: the warm-ups' last lines, the GLA backend
+    placing: contextlib.ExitStack  # the output's temp folder (soarpack.fsutil.atomic_dir): placed when it closes
+    run: Optional[Run] = None
+    warmups: Any = None
+    data: Optional[CalibrationData] = None
+    sala: Any = None  # the original model, until GPTQ is done with it
+    sanity: Optional[Sanity] = None
+    packed: Optional[Dict[str, Dict[str, torch.Tensor]]] = None  # GPTQ's tensors, until they are saved
+    quantized_modules: int = 0
+    quality: Dict[str, Any] = field(default_factory=dict)
+    gptq_timings: Dict[str, float] = field(default_factory=dict)
+    gptq_counts: Dict[str, int] = field(default_factory=dict)
+    tmp: Optional[Path] = None  # where the checkpoint is written before it is placed
+
+
 def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Optional[QuantizeOptions] = None,
              on_event: Optional[EventCallback] = None) -> QuantizeResult:
     """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
-    from soarpack.fsutil import atomic_dir, atomic_write_json, ensure_writable_output
-    from soarpack.quant import engine
-    from soarpack.sala.checkpoint import load_model
+    from soarpack.fsutil import atomic_write_json, ensure_writable_output
 
     opts = opts or QuantizeOptions()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -103,58 +154,126 @@ def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Opt
     inputs = [model_dir, *(opts.calib or []), *(opts.held_out or [])]
     if opts.log_file:
         ensure_writable_output(opts.log_file, what="--log", inputs=inputs, replaced=[out_dir])
-    with contextlib.ExitStack() as stack:
-        log = stack.enter_context(RunLog(opts.log_file, on_event, capture=opts.library_output == "log",
-                                         setup_phase="check"))
-        stack.enter_context(cuda_allocator_settings(log))
-        with log.phase("check"):
-            run = check_inputs(model_dir, out_dir, inputs, opts, log)
-        warmups = start_warmups(run.device, run.config, current_backend())
-        stack.callback(lambda: [log.info("warmup", line) for line in warmups.wait_all()])
-        with log.phase("calibration"):
-            data = prepare_calibration(model_dir, run, opts, log)
-        with log.phase("load"):
-            # On the CPU, as in GPTQModel's own loader: its looper moves one layer at a time to the GPU.
-            sala = load_model(model_dir, dtype=torch.bfloat16, device="cpu", config=run.config)
-        with log.phase("sanity"):
-            if line := warmups.wait("fla"):
-                log.info("sanity", line)
-            sanity = sanity_check(sala, data.held_out, run.device, opts, log)
-        stack.enter_context(use_backend(sanity.gla.backend))
-        with log.phase("gptq"), engine.eager_block_update_while(
-                warmups.threads.get("gptq-block-update") if opts.engine == "soarpack" else None):
-            gptq = engine.run_gptq(sala, model_dir, data.rows, run.recipe, engine_options(run, opts), log.layer)
-        if line := warmups.wait("gptq-block-update"):
-            log.note("gptq", line)
-        quantized = checked_quantized(gptq.packed, run)
-        n_quantized, n_planned = len(quantized), len(run.recipe.plan(run.config))
-        quality: Dict[str, Any] = {"gptq": gptq.module_losses}
-        gptq_timings, gptq_counts = gptq.region_seconds, gptq.region_counts
-        del sala, gptq
-        with atomic_dir(out_dir, force=opts.force, inputs=inputs, log=lambda m: log.note("save", m)) as tmp:
-            with log.phase("save"):
-                save_checkpoint(quantized, model_dir, tmp, run, opts)
-            del quantized
-            if opts.quality:
-                with log.phase("quality"):
-                    quality["kl"] = measure_quality(tmp, data.held_out, sanity.ref_logprobs, run.device, log)
-            if opts.verify:
-                with log.phase("verify"):
-                    quality["dequant_error"] = verify_written(tmp, model_dir, out_dir.name, run.device, log)
-            result = QuantizeResult(
-                out_dir=out_dir.name, recipe=run.recipe.name, device=run.device, rows=len(data.rows),
-                held_out_rows=len(data.held_out), quantized_modules=n_quantized,
-                skipped_modules=n_planned - n_quantized, sanity_loss=round(sanity.loss, 5),
-                calibration={**run.calibration.model_dump(), "set_by": run.sources, **data.origin},
-                timings={k: round(v, 3) for k, v in log.timings.items()},
-                gptq_timings=gptq_timings, gptq_counts=gptq_counts, quality=quality,
-                gla=sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(opts),
-                versions=library_versions(), notes=list(log.notes))
-            atomic_write_json(tmp / REPORT_FILE, {k: v for k, v in result.to_dict().items() if k != "library_warnings"})
-        log.info("done", f"wrote {out_dir}: {n_quantized} quantized, {n_planned - n_quantized} kept 16-bit; "
-                 + ", ".join(f"{k} {v:.1f}s" for k, v in log.timings.items()))
-    result.library_warnings = log.library_warnings
+    with run_output(opts.log_file, on_event, capture=opts.library_output == "log") as output:
+        lines = Lines(output.event)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(cuda_allocator_settings(lines))
+            q = Quantization(model_dir, out_dir, opts, inputs, lines, stack, contextlib.ExitStack())
+            with q.placing:
+                report = Runner(steps_for(opts), output.event, stop_at_failure=True).run(q)
+                result = quantize_result(q, {s.name: s.seconds for s in report.steps})
+                atomic_write_json(q.tmp / REPORT_FILE,
+                                  {k: v for k, v in result.to_dict().items() if k != "library_warnings"})
+            lines.info("done", f"wrote {out_dir}: {result.quantized_modules} quantized, {result.skipped_modules} kept "
+                       "16-bit; " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    result.library_warnings = output.library_warnings
     return result
+
+
+def quantize_result(q: Quantization, timings: Dict[str, float]) -> QuantizeResult:
+    run, data = q.run, q.data
+    n_planned = len(run.recipe.plan(run.config))
+    return QuantizeResult(
+        out_dir=q.out_dir.name, recipe=run.recipe.name, device=run.device, rows=len(data.rows),
+        held_out_rows=len(data.held_out), quantized_modules=q.quantized_modules,
+        skipped_modules=n_planned - q.quantized_modules, sanity_loss=round(q.sanity.loss, 5),
+        calibration={**run.calibration.model_dump(), "set_by": run.sources, **data.origin},
+        timings=timings, gptq_timings=q.gptq_timings, gptq_counts=q.gptq_counts, quality=q.quality,
+        gla=q.sanity.gla.to_dict(), modules=module_bits(run), settings=report_settings(q.opts),
+        versions=library_versions(), notes=list(q.lines.notes))
+
+
+# -- phases ------------------------------------------------------------------------------------------------------
+
+
+def phase(name: str, needs: Sequence[str] = ()) -> Callable[[Callable[[Quantization], None]], Step]:
+    """A quantize phase: a step that ends by handing the CUDA caching allocator's unused reserve back, so one
+    phase's peak does not stay resident through the next."""
+    def declare(fn: Callable[[Quantization], None]) -> Step:
+        def run(q: Quantization) -> None:
+            try:
+                fn(q)
+            finally:
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
+        return step(name, needs=needs)(run)
+    return declare
+
+
+@phase("check")
+def check_phase(q: Quantization) -> None:
+    q.run = check_inputs(q.model_dir, q.out_dir, q.inputs, q.opts, q.lines)
+    q.warmups = start_warmups(q.run.device, q.run.config, current_backend())
+    q.stack.callback(lambda: [q.lines.info("warmup", line) for line in q.warmups.wait_all()])
+
+
+@phase("calibration", needs=["check"])
+def calibration_phase(q: Quantization) -> None:
+    q.data = prepare_calibration(q.model_dir, q.run, q.opts, q.lines)
+
+
+@phase("load", needs=["check"])
+def load_phase(q: Quantization) -> None:
+    from soarpack.sala.checkpoint import load_model
+
+    # On the CPU, as in GPTQModel's own loader: its looper moves one layer at a time to the GPU.
+    q.sala = load_model(q.model_dir, dtype=torch.bfloat16, device="cpu", config=q.run.config)
+
+
+@phase("sanity", needs=["calibration", "load"])
+def sanity_phase(q: Quantization) -> None:
+    if line := q.warmups.wait("fla"):
+        q.lines.info("sanity", line)
+    q.sanity = sanity_check(q.sala, q.data.held_out, q.run.device, q.opts, q.lines)
+    q.stack.enter_context(use_backend(q.sanity.gla.backend))  # the backend the rest of the run uses
+
+
+@phase("gptq", needs=["sanity"])
+def gptq_phase(q: Quantization) -> None:
+    from soarpack.quant import engine
+
+    q.lines.layers_start()
+    with engine.eager_block_update_while(
+            q.warmups.threads.get("gptq-block-update") if q.opts.engine == "soarpack" else None):
+        gptq = engine.run_gptq(q.sala, q.model_dir, q.data.rows, q.run.recipe, engine_options(q.run, q.opts),
+                               q.lines.layer)
+    q.sala = None
+    if line := q.warmups.wait("gptq-block-update"):
+        q.lines.note("gptq", line)
+    q.packed = checked_quantized(gptq.packed, q.run)
+    q.quantized_modules = len(q.packed)
+    q.quality["gptq"] = gptq.module_losses
+    q.gptq_timings, q.gptq_counts = gptq.region_seconds, gptq.region_counts
+
+
+@phase("save", needs=["gptq"])
+def save_phase(q: Quantization) -> None:
+    from soarpack.fsutil import atomic_dir
+
+    q.tmp = q.placing.enter_context(atomic_dir(q.out_dir, force=q.opts.force, inputs=q.inputs,
+                                               log=lambda m: q.lines.note("save", m)))
+    save_checkpoint(q.packed, q.model_dir, q.tmp, q.run, q.opts)
+    q.packed = None
+
+
+@phase("quality", needs=["save"])
+def quality_phase(q: Quantization) -> None:
+    q.quality["kl"] = measure_quality(q.tmp, q.data.held_out, q.sanity.ref_logprobs, q.run.device, q.lines)
+
+
+@phase("verify", needs=["save"])
+def verify_phase(q: Quantization) -> None:
+    q.quality["dequant_error"] = verify_written(q.tmp, q.model_dir, q.out_dir.name, q.run.device, q.lines)
+
+
+STEPS = (check_phase, calibration_phase, load_phase, sanity_phase, gptq_phase, save_phase, quality_phase,
+         verify_phase)
+
+
+def steps_for(opts: QuantizeOptions) -> List[Step]:
+    """The phases this run has: --no-report leaves out quality, and verify can be turned off (tests)."""
+    off = {"quality": not opts.quality, "verify": not opts.verify}
+    return [s for s in STEPS if not off.get(s.name)]
 
 
 def check_out_is_not_here(out_dir: Path) -> None:
@@ -175,7 +294,7 @@ def check_out_is_not_here(out_dir: Path) -> None:
 # -- phases ------------------------------------------------------------------------------------------------------
 
 
-def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: QuantizeOptions, log: "RunLog") -> Run:
+def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: QuantizeOptions, log: Lines) -> Run:
     """Every refusal that needs no calibration and no weights: config, recipe against it, settings, output, engine."""
     from soarpack.fsutil import prepare_output_dir
     from soarpack.quant import engine
@@ -208,7 +327,7 @@ def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: Quant
     return Run(config, recipe, calibration, sources, device)
 
 
-def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: "RunLog") -> CalibrationData:
+def prepare_calibration(model_dir: Path, run: Run, opts: QuantizeOptions, log: Lines) -> CalibrationData:
     from soarpack.quant.calib import build_calibration, build_held_out
     from soarpack.quant.calibinfo import rows_line, shortfall, where_from
     from soarpack.sala.tokenizer import load_tokenizer
@@ -240,7 +359,7 @@ def calibration_origin(paths: Optional[Sequence[Path]], used: int, asked: int, a
 
 
 def sanity_check(sala: torch.nn.Module, held_out: List[List[int]], device: str, opts: QuantizeOptions,
-                 log: "RunLog") -> Sanity:
+                 log: Lines) -> Sanity:
     """One layer-streamed forward of the original model over the held-out rows serves the sanity loss, the KL
     reference and, on a GPU with fla, the check that fla's GLA agrees with soarpack's (see glacheck)."""
     from soarpack.quant.glacheck import FlaComparison, judge, should_compare
@@ -305,7 +424,7 @@ def save_checkpoint(quantized: Dict[str, Dict[str, torch.Tensor]], model_dir: Pa
 
 
 def measure_quality(ckpt: Path, held_out: List[List[int]], ref_logprobs: List[torch.Tensor], device: str,
-                    log: "RunLog") -> Dict[str, float]:
+                    log: Lines) -> Dict[str, float]:
     """KL on what was written: the checkpoint's tensors read back from disk and dequantized one layer at a time
     (our own dequantization, not GPTQModel's modules), through the same layer-streamed forward as the sanity."""
     from soarpack.quant.dequantize import dequantized_source
@@ -321,7 +440,7 @@ def measure_quality(ckpt: Path, held_out: List[List[int]], ref_logprobs: List[to
     return kl
 
 
-def verify_written(ckpt: Path, model_dir: Path, output_name: str, device: str, log: "RunLog") -> Dict[str, float]:
+def verify_written(ckpt: Path, model_dir: Path, output_name: str, device: str, log: Lines) -> Dict[str, float]:
     from soarpack.quant.verify import verify_report
 
     report = verify_report(ckpt, original=model_dir, output_name=output_name, device=device)
@@ -381,7 +500,7 @@ def library_versions() -> Dict[str, str]:
 
 
 @contextmanager
-def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
+def cuda_allocator_settings(log: Lines) -> Iterator[None]:
     """Expandable segments for the CUDA caching allocator (less reserve lost to fragmentation between phases that
     allocate differently), set only for this call: the variable is read when CUDA initialises, and restored after.
     A setting the user made is left alone (GPTQModel's import also sets it when unset: ours comes first)."""
@@ -396,175 +515,3 @@ def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
         yield
     finally:
         os.environ.pop(names[0], None)
-
-
-# -- progress ----------------------------------------------------------------------------------------------------
-
-
-def _disk_full_cause(exc: BaseException) -> Optional[BaseException]:
-    """The exception, or one it was raised from or during, that says the disk is full; None when none does."""
-    from soarpack.fsutil import is_disk_full
-
-    seen = 0
-    while exc is not None and seen < 16:
-        if is_disk_full(exc):
-            return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
-
-
-class RunLog:
-    """Phase timings; events to the caller's callback and, when asked, plain lines to a log file, where the
-    libraries' own output also goes while the run lasts (`capture`; nowhere without a log file). Each phase ends
-    by handing the CUDA caching allocator's unused reserve back, so one phase's peak does not stay resident through
-    the next.
-
-    A phase that raises ends with its cause (`gptq interrupted after 26.0s`, not a finished phase's `gptq 26.0s`),
-    and the log's last line says how the run ended. A run refused in its `setup_phase` (a mistyped recipe, a
-    missing model, an existing output) did no work: the log it created is removed, not left as a stray file."""
-
-    def __init__(self, log_file: Optional[Path], on_event: Optional[EventCallback], capture: bool = False,
-                 setup_phase: Optional[str] = None):
-        self.log_file, self.on_event, self.capture = log_file, on_event, capture
-        self.setup_phase = setup_phase
-        self.fh = None
-        self.timings: Dict[str, float] = {}
-        self.notes: List[str] = []
-        self.current: Optional[str] = None  # the phase in progress (or the one that raised)
-        self.finished: List[str] = []  # the phases that ended without an error
-        self.layer_at: Optional[tuple] = None  # the last GPTQ layer started: (index, layers)
-        self._in_setup = setup_phase is not None
-        self._created = False
-        self._exc: Optional[BaseException] = None
-        self._t0 = self._layer_t0 = time.perf_counter()
-        self._stack = contextlib.ExitStack()
-        self.captured: Any = None  # soarpack.quant.capture.Captured while the libraries' output is captured
-
-    @property
-    def library_warnings(self) -> Optional[int]:
-        """Warning lines the libraries wrote to the log (final once the RunLog is closed); None: not captured."""
-        return None if self.captured is None or not self.log_file else self.captured.warnings
-
-    def __enter__(self) -> "RunLog":
-        from soarpack.quant.capture import library_output_to
-
-        if self.log_file:
-            self._created = not os.path.exists(self.log_file)
-            self.fh = self._stack.enter_context(open(self.log_file, "a+", encoding="utf-8"))  # + : _write reads
-            self._stack.callback(self._last_line)  # after the capture below is closed: nothing comes after it
-        if self.capture:  # without a log file the libraries' output goes nowhere: a library call prints nothing
-            self.captured = self._stack.enter_context(library_output_to(Path(self.log_file or os.devnull)))
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        from soarpack.fsutil import is_disk_full
-
-        self._exc = exc
-        closing: Optional[OSError] = None
-        try:
-            self._stack.close()  # the log and the libraries' capture: a full disk can refuse their last flush
-        except OSError as close_exc:
-            if not is_disk_full(close_exc):
-                raise
-            closing = close_exc
-        removed = False
-        if exc is not None and self._in_setup and self._created and self.log_file:
-            with contextlib.suppress(OSError):
-                os.unlink(self.log_file)
-                removed = True
-        if exc is None:
-            if closing is not None:  # the output is in place; only the log's last lines are lost
-                self._say_incomplete(closing)
-            return
-        if isinstance(exc, SoarpackError):
-            return  # the run's own one-line error (an output refused for a full disk among them) stays the one shown
-        full = _disk_full_cause(exc)
-        if full is not None:  # the log, or a library writing into it, found the disk full: one line, no traceback
-            log = f"; the log {self.log_file} is incomplete" if self.log_file and not removed else ""
-            what = getattr(full, "filename", None) or "a write"
-            raise SoarpackError(f"no space left on the device {self._where()} ({what} failed){log}",
-                                "free disk space where the log and the output go, and run again; nothing was "
-                                "replaced") from full
-
-    def _where(self) -> str:
-        return (f"in {self.current}" if self.current else f"after {self.finished[-1]}" if self.finished
-                else "at the start")
-
-    def _say_incomplete(self, exc: OSError) -> None:
-        if self.on_event:
-            self.on_event(Event("problem", "done", f"the log {self.log_file} is incomplete: its last lines did not fit "
-                                                   f"on the device ({exc.strerror or exc})"))
-
-    def _last_line(self) -> None:
-        exc = self._exc
-        if exc is None or (self._in_setup and self._created):
-            return
-        where = self._where()
-        if self.current == "gptq" and self.layer_at:
-            where += f" at layer {self.layer_at[0] + 1}/{self.layer_at[1]}"
-        how = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "failed"
-        cause = "" if isinstance(exc, KeyboardInterrupt) else f": {ended_by(exc)}"
-        with contextlib.suppress(OSError):  # a full disk: the run's own error is the one to show
-            self._write(f"run {how} {where}, {time.perf_counter() - self._t0:.1f}s after it started{cause}")
-
-    def _write(self, text: str) -> None:
-        """One line of ours, on a line of its own even when a library left a bar unfinished in the file."""
-        assert self.fh is not None
-        self.fh.flush()
-        fd = self.fh.fileno()
-        size = os.fstat(fd).st_size
-        first = "\n" if size and os.pread(fd, 1, size - 1) != b"\n" else ""
-        self.fh.write(f"{first}{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-        self.fh.flush()
-
-    def emit(self, event: Event) -> None:
-        if self.on_event:
-            self.on_event(event)
-        if self.fh:
-            end = f"{event.phase} {event.message} after {event.seconds:.1f}s" if event.message \
-                else f"{event.phase} {event.seconds:.1f}s"
-            self._write({"start": f"{event.phase} ...", "end": end}.get(event.kind, event.message))
-
-    def info(self, phase: str, message: str) -> None:
-        self.emit(Event("info", phase, message))
-
-    def note(self, phase: str, message: str) -> None:
-        """A fallback the run took: shown even when quiet, and kept in the report."""
-        self.notes.append(message)
-        self.emit(Event("problem", phase, message))
-
-    def layer(self, i: int, n: int) -> None:
-        spent = time.perf_counter() - self._layer_t0
-        eta = f", eta {spent / i * (n - i):.0f}s" if i else ""
-        self.layer_at = (i, n)
-        # counted from 1, as the bar counts: `layer 3/8 started` is the third (done = the 2 before it)
-        self.emit(Event("progress", "gptq", f"gptq layer {i + 1}/{n} started after {spent:.1f}s{eta}", spent, i, n))
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        if name != self.setup_phase:
-            self._in_setup = False  # the work has started: its log stays, whatever happens next
-        self.emit(Event("start", name))
-        self.current = name
-        t0 = self._layer_t0 = time.perf_counter()
-        ended = ""
-        try:
-            yield
-        except BaseException as exc:
-            ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            raise
-        finally:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.empty_cache()
-            dt = time.perf_counter() - t0
-            self.timings[name] = self.timings.get(name, 0.0) + dt
-            if not ended:
-                self.current = None
-                self.finished.append(name)
-            self.emit(Event("end", name, ended, seconds=dt))
-
-
-def ended_by(exc: BaseException) -> str:
-    """An exception as the one line a log or a terminal says about it."""
-    text = exc.message if isinstance(exc, SoarpackError) else f"{type(exc).__name__}: {exc}"
-    return (text.strip().splitlines() or [type(exc).__name__])[0]

@@ -68,7 +68,7 @@ def is_path(arg: Union[str, Path]) -> bool:
 
 @dataclass(frozen=True)
 class Located:
-    """Where a recipe or profile comes from: a built-in name or a user's file."""
+    """Where a recipe or profile comes from: a built-in name or a user's file (the one typed value of a reference)."""
 
     path: Path
     builtin: Optional[str]  # the built-in name, or None for a user's file
@@ -81,9 +81,17 @@ class Located:
     def source(self) -> str:
         return f"built-in {self.builtin}" if self.builtin else str(self.path)
 
+    @property
+    def user_file(self) -> Optional[Path]:
+        """The user's file, or None for a built-in."""
+        return self.path if self.builtin is None else None
 
-def locate(arg: Union[str, Path], kind: Kind) -> Located:
-    """The file a recipe or profile argument names, by the one rule (see the module docstring)."""
+
+def locate(arg: Union[str, Path, Located], kind: Kind) -> Located:
+    """The file a recipe or profile argument names, by the one rule (see the module docstring). A reference is
+    located once, where a command receives it (build, quantize, check); what it located travels as the `Located`."""
+    if isinstance(arg, Located):
+        return arg
     text = str(arg)
     if is_path(arg):
         path = Path(text)

@@ -323,13 +323,14 @@ def list_recipes() -> List[str]:
     return builtin_names("recipe")
 
 
-def locate_recipe(name_or_path: Union[str, Path]) -> Located:
+def locate_recipe(name_or_path: Union[str, Path, Located]) -> Located:
     """Where a recipe argument points: a built-in name, or a file (it contains `/` or ends in `.toml`)."""
     return locate(name_or_path, "recipe")
 
 
-def load_recipe(name_or_path: Union[str, Path, Recipe], *, servable: bool = True) -> Recipe:
-    """A built-in recipe by name (`w4-mlp`) or a TOML file by path (see soarpack.recipe.files for the rule)."""
+def load_recipe(name_or_path: Union[str, Path, Located, Recipe], *, servable: bool = True) -> Recipe:
+    """A built-in recipe by name (`w4-mlp`) or a TOML file by path (see soarpack.recipe.files for the rule), or
+    where one was located already."""
     if isinstance(name_or_path, Recipe):
         return name_or_path
     where = locate_recipe(name_or_path)

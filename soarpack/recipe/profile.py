@@ -25,7 +25,7 @@ from pydantic import field_validator
 
 from soarpack.errors import ConfigError
 from soarpack.evidence import Evidence
-from soarpack.recipe.files import builtin_names, locate, read_toml
+from soarpack.recipe.files import Located, builtin_names, locate, read_toml
 from soarpack.recipe.keys import check_keys, read_evidence
 from soarpack.schema import StrictModel, validated
 
@@ -111,8 +111,9 @@ def profile_from_dict(data: Dict[str, Any], *, name: str, source: Optional[str] 
                                "evidence": evidence}, f"{where}: ")
 
 
-def load_profile(name_or_path: Union[str, Path, Profile]) -> Profile:
-    """A profile by name (`fp8`, from soarpack/profiles/) or by path (it contains `/` or ends in `.toml`)."""
+def load_profile(name_or_path: Union[str, Path, Located, Profile]) -> Profile:
+    """A profile by name (`fp8`, from soarpack/profiles/) or by path (it contains `/` or ends in `.toml`), or where
+    one was located already."""
     if isinstance(name_or_path, Profile):
         return name_or_path
     where = locate(name_or_path, "profile")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from soarpack.bundle import layout
-from soarpack.bundle.manifest import bundle_path_problem, consistency_problems, read_manifest, verify_files
+from soarpack.bundle.manifest import Manifest, bundle_path_problem, consistency_problems, read_manifest, verify_files
 from soarpack.errors import SoarpackError
 from soarpack.facts import image, limits
 from soarpack.rehearse import probes
@@ -52,7 +52,7 @@ class Check:
     dev_stack: bool
     say: Any
     report: "CheckReport"  # a step may add findings beside the steps: c.report.risks.append(Risk(...))
-    manifest: Dict[str, Any] = field(default_factory=dict)
+    manifest: Optional[Manifest] = None  # read and checked by the structure step
     wheel_names: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
     no_install: Optional[str] = None  # why this Python cannot install the bundle's wheels (dev stack only)
@@ -71,7 +71,11 @@ class Check:
 
     @property
     def sglang_mode(self) -> Optional[str]:
-        return (self.manifest.get("sglang") or {}).get("mode")
+        return self.manifest.sglang.mode if self.manifest is not None else None
+
+    def recipe(self) -> Any:
+        """Where the bundle's recipe is (soarpack.recipe.files.Located), as its MANIFEST says."""
+        return self.manifest.recipe_source(self.root)
 
     @property
     def fork_copy(self) -> Path:
@@ -133,10 +137,10 @@ def structure(c: Check) -> Done:
         raise StepFailed("; ".join(problems), problems=problems)
     if sorted(manifest.wheels.files) != c.wheel_names:
         raise StepFailed("wheels/ does not match the manifest's wheel list")
-    c.manifest = manifest.as_json()
+    c.manifest = manifest
     from soarpack.bundle.risks import manifest_risks
 
-    c.report.risks.extend(manifest_risks(c.manifest))
+    c.report.risks.extend(manifest_risks(manifest))
     return Done(f"{len(manifest.files)} files match MANIFEST.json (bundle {manifest.id[:12]}, "
                 f"soarpack {manifest.soarpack_version}, recipe {manifest.quantize.recipe_name})",
                 {"files": len(manifest.files), "soarpack_version": manifest.soarpack_version, "id": manifest.id})
@@ -183,9 +187,7 @@ def scripts_syntax(c: Check) -> Done:
 def args_lint(c: Check) -> Done:
     from soarpack.serve.lint import lint_args
 
-    prof = c.manifest.get("profile") or {}
-    patched = set(prof.get("patches") or []) if c.sglang_mode in ("platform", "tree") else set()
-    findings = lint_args(prof.get("args") or [], recipe=_bundled_recipe(c), patched=patched)
+    findings = lint_args(c.manifest.profile.args, recipe=c.recipe(), patched=c.manifest.patched())
     found = [f.to_dict() for f in findings]
     errors = [f for f in findings if f.level == "error"]
     if errors:
@@ -257,11 +259,11 @@ def prepare_env(c: Check) -> Done:
                          f"{probes.tail(values['_stderr'] or values['_stdout'])}", exit_code=int(values["_rc"]))
     if values.get("ERREXIT") or values.get("NOUNSET"):
         raise StepFailed("sourcing it left set -e or set -u on in the caller's shell")
-    prof = c.manifest.get("profile") or {}
-    expected = prof.get("args_string", "")
+    prof = c.manifest.profile
+    expected = prof.args_string
     patched = values.get("STATE", "").startswith("patched")
     want = expected if (c.sglang_mode in (None, "none") or c.env.get("SOARPACK_SKIP_SGLANG") or patched) \
-        else prof.get("fallback_args", expected)
+        else prof.fallback_args
     if values.get("ARGS") != want:
         raise StepFailed(f"SGLANG_SERVER_ARGS is {values.get('ARGS')!r}, expected {want!r}",
                          args=values.get("ARGS"), expected=want)
@@ -272,8 +274,8 @@ def prepare_env(c: Check) -> Done:
     reported = [ln for ln in values["_stdout"].splitlines() if "!!!" in ln and "!!!!!" not in ln]
     if "!!!" in values["_stdout"]:
         raise StepFailed("it reported a failure: " + probes.tail("\n".join(reported)), versions=c.overlay_versions)
-    return Done(f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {prof.get('name')}",
-                {"profile": prof.get("name"), "args": values.get("ARGS"), "sglang_state": values.get("STATE", ""),
+    return Done(f"sourced by a shell that kept running; SGLANG_SERVER_ARGS = profile {prof.name}",
+                {"profile": prof.name, "args": values.get("ARGS"), "sglang_state": values.get("STATE", ""),
                  "overlay_python": c.overlay_py}, c.overlay_versions)
 
 
@@ -328,7 +330,7 @@ def sglang_patches(c: Check) -> Done:
                          sglang_state=c.probe.get("STATE"))
     from soarpack.serve.patches import check_tree
 
-    patches = c.manifest["sglang"].get("patches") or []
+    patches = c.manifest.sglang.patches
     tree = check_tree(c.fork_copy / "python", patches)
     not_applied = [p.name for p in tree.patches if p.status != "applied"]
     if not_applied:
@@ -362,11 +364,11 @@ def prepare_model(c: Check) -> Done:
                          exit_code=proc.returncode, log=str(log), versions=c.overlay_versions)
     if not (quantized / "config.json").is_file():
         raise StepFailed(f"exit 0 but {quantized} holds no config.json", versions=c.overlay_versions)
-    recipe = c.manifest["quantize"]["recipe"]
+    recipe = c.manifest.quantize.recipe
     from soarpack.quant.capture import count_said
 
     data = {"recipe": recipe, "quantize_args": c.quantize_args, "output": str(quantized)}
-    if c.manifest["quantize"].get("method") == "none":  # the recipe quantizes nothing: preprocess copied it
+    if c.manifest.quantize.method == "none":  # the recipe quantizes nothing: preprocess copied it
         detail = f"copied the tiny model as it is (recipe {recipe} quantizes nothing; the server quantizes at load)"
     else:
         detail = f"quantized the tiny model with recipe {recipe} ({c.quantize_args})"
@@ -402,8 +404,7 @@ def fork_loads_it(c: Check) -> Done:
     else:
         raise StepSkipped("not run: needs the fork's python/ tree (pass --sglang-src DIR, or build with --sglang-src)",
                           missing="sglang_src")
-    result = run_fork_check(c.work / "quantized", tree, recipe=_bundled_recipe(c),
-                            server_args=(c.manifest.get("profile") or {}).get("args"),
+    result = run_fork_check(c.work / "quantized", tree, recipe=c.recipe(), server_args=c.manifest.profile.args,
                             on_event=lambda e: c.say(e.message))
     report = result.report or {}
     data = {"recipe": result.recipe, "fork_commit": result.fork_commit,
@@ -427,13 +428,6 @@ def server_start(c: Check) -> Done:
 STEPS = [size, extract, structure, credentials, wheel_tags, scripts_syntax, args_lint,
          image_standin, prepare_env, bundled_wheels, wheels_on_python310, sglang_patches, tiny_model, prepare_model,
          verify, fork_loads_it, server_start]
-
-
-def _bundled_recipe(c: Check):
-    recipe = (c.manifest.get("quantize") or {}).get("recipe")
-    if recipe and (c.root / recipe).is_file():
-        return c.root / recipe
-    return recipe
 
 
 # -- the report and the verdict --------------------------------------------------------------------------------
