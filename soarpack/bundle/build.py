@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-import soarpack
+from soarpack.version import __version__
 from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, parse_manifest, render_bundle_env, render_manifest
 from soarpack.bundle.risks import evidence_record, manifest_risks
@@ -360,7 +360,7 @@ def build_bundle(
             warnings.append("no wheels bundled (--no-wheels): the platform image lacks gptqmodel and transformers 5, "
                             "so prepare_model.sh will fail there; use this bundle for rehearsal only")
         meta = {
-            "soarpack_version": soarpack.__version__,
+            "soarpack_version": __version__,
             "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                         "patches": list(prof.patches), "fallback": prof.fallback, "fallback_args": fallback_args},
             "quantize": {"recipe": recipe_entry, "recipe_name": rec.name, "calib": calib_names,

@@ -21,7 +21,6 @@ TAIL_CHARS = 4000  # how much of an answer's end is searched for a loop
 MAX_PERIOD = 600  # the longest repeated unit looked for, in characters
 MIN_REPEATS = 3
 MIN_LOOP_CHARS = 200  # a loop must cover at least this much of the tail
-EXAMPLES = 3
 
 
 def repeated_tail(text: str) -> Optional[Tuple[int, str]]:

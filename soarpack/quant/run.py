@@ -369,7 +369,7 @@ def report_settings(opts: QuantizeOptions) -> Dict[str, Any]:
 def library_versions() -> Dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from soarpack import __version__
+    from soarpack.version import __version__
 
     found = {"soarpack": __version__, "python": sys.version.split()[0]}
     for name in ("torch", "gptqmodel", "transformers", "safetensors", "triton", "fla-core", "flash-linear-attention"):

@@ -31,8 +31,6 @@ READY_TIMEOUT_S = limits.SERVER_READY_S
 STOP_GRACE_S = 30.0
 LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
-# What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
-PLATFORM_TRAILING_ARGS = launch.TRAILING_ARGS
 # The platform's own SGLANG_SERVER_ARGS when a bundle exports none.
 PLATFORM_DEFAULT_ARGS = launch.DEFAULT_SERVER_ARGS
 # The platform's launch line as its shell runs it: SGLANG_SERVER_ARGS expanded unquoted, so it is split at
