@@ -91,7 +91,7 @@ def test_inspect_and_check_refuse_a_malformed_manifest_in_one_line(built, tmp_pa
 
 
 def test_the_bundle_id_is_one_field_the_name_inspect_eval_and_bench_show(built, tmp_path):
-    from soarpack.bench.provenance import measured
+    from soarpack.measure.provenance import measured
 
     m = read_manifest(_unpacked(built, tmp_path))
     assert built.id == m.id

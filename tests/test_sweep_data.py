@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang, GenerateScript
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.speed import BenchConfig, partial_path, run_bench
+from soarpack.measure.speed import BenchConfig, partial_path, run_bench
 from soarpack.bundle import secrets
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.secrets import CredentialError, find_secret, find_secret_in_stream, scan_tree

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional
 
-from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.speed import BENCH_KIND
+from soarpack.measure.evaluate import EVAL_KIND
+from soarpack.measure.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 
 MAX_READ_BYTES = 32 * 2**20  # a longer log is read from its end: the failure is there
