@@ -19,7 +19,7 @@ from soarpack.bundle.summary import inspect_bundle
 from soarpack.bundle.tarpack import safe_extract, write_tarball
 from soarpack.cli import app
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET = dict(wheels=False)

@@ -32,7 +32,8 @@ from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.facts import image
-from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json, atomic_write_text, placing
 from soarpack.recipe.files import is_path
 from soarpack.steps import Event, EventCallback, no_events
 

@@ -24,7 +24,7 @@ from pydantic import Field
 from soarpack.version import __version__
 from soarpack.bundle.tarpack import iter_tree
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 from soarpack.schema import StrictModel, validated
 
 MANIFEST_NAME = "MANIFEST.json"

@@ -321,7 +321,8 @@ def speedset_cmd(
     from soarpack.measure import speedset as ss
     from soarpack.measure.render import print_speedset
     from soarpack.measure.tokenizer import load_tokenizer
-    from soarpack.fsutil import ensure_writable_output, place_bytes
+    from soarpack.placement.checks import ensure_writable_output
+    from soarpack.placement.write import place_bytes
 
     model_dir = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
     buckets = ss.load_mix(mix)
@@ -331,7 +332,7 @@ def speedset_cmd(
     table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     # An existing file with other rows needs --force, the same rows are up to date: decided when it is placed.
     placed = place_bytes(output, ss.jsonl_text(table_rows).encode("utf-8"), force=force, inputs=inputs,
-                         what="speedset output")
+                         what="speedset output", log=sink(as_json).note)
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
     print_speedset(_table_console(sink(as_json).json), buckets, hist, summary)

@@ -8,7 +8,7 @@ from typing import List, Sequence
 from soarpack.measure.compare import TIERS, Run
 from soarpack.errors import SoarpackError
 from soarpack.facts import engine
-from soarpack.fsutil import atomic_file
+from soarpack.placement.write import atomic_file
 
 
 class PlotExtraMissing(SoarpackError):

@@ -38,7 +38,8 @@ from soarpack.measure.tokenizer import chat_template_digest
 from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.facts import limits
-from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json
 from soarpack.steps import Event, EventCallback, lines_to, no_events
 from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 

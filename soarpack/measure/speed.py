@@ -37,7 +37,8 @@ from soarpack.measure.provenance import measured, tool_versions
 from soarpack.measure.stats import summary_ms
 from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
-from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json
 from soarpack.steps import Event, EventCallback, no_events
 
 BENCH_KIND = "soarpack.bench"

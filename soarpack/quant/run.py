@@ -93,7 +93,8 @@ class Sanity:
 def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Optional[QuantizeOptions] = None,
              on_event: Optional[EventCallback] = None) -> QuantizeResult:
     """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
-    from soarpack.fsutil import atomic_dir, atomic_write_json, ensure_writable_output
+    from soarpack.placement.checks import ensure_writable_output
+    from soarpack.placement.write import atomic_dir, atomic_write_json
     from soarpack.quant import engine
     from soarpack.sala.checkpoint import load_model
 
@@ -177,7 +178,7 @@ def check_out_is_not_here(out_dir: Path) -> None:
 
 def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: QuantizeOptions, log: "RunLog") -> Run:
     """Every refusal that needs no calibration and no weights: config, recipe against it, settings, output, engine."""
-    from soarpack.fsutil import prepare_output_dir
+    from soarpack.placement.write import prepare_output_dir
     from soarpack.quant import engine
     from soarpack.quant.calib import check_max_len
     from soarpack.recipe.model import load_recipe
@@ -403,7 +404,7 @@ def cuda_allocator_settings(log: "RunLog") -> Iterator[None]:
 
 def _disk_full_cause(exc: BaseException) -> Optional[BaseException]:
     """The exception, or one it was raised from or during, that says the disk is full; None when none does."""
-    from soarpack.fsutil import is_disk_full
+    from soarpack.placement.checks import is_disk_full
 
     seen = 0
     while exc is not None and seen < 16:
@@ -457,7 +458,7 @@ class RunLog:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        from soarpack.fsutil import is_disk_full
+        from soarpack.placement.checks import is_disk_full
 
         self._exc = exc
         closing: Optional[OSError] = None

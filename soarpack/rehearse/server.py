@@ -109,7 +109,7 @@ def server_stop(s: Serving) -> Done:
 @step("score", needs=["eval", "bench"], gates=True)
 def score(s: Serving) -> Done:
     from soarpack.measure.competition import final_score
-    from soarpack.fsutil import atomic_write_json
+    from soarpack.placement.write import atomic_write_json
 
     durations = {name: float(t["duration_s"]) for name, t in s.bench.get("tiers", {}).items()}
     # Speed against this run itself (S = 100 per tier): a short bench is no match for the platform's best.
