@@ -408,6 +408,29 @@ def test_case_4_a_live_run_in_another_pid_namespace_keeps_its_temp_folder(tmp_pa
         live.wait()
 
 
+def _killed_writer(out: Path) -> None:
+    code = ("import os, sys\nfrom soarpack.placement.write import atomic_dir\n"
+            "with atomic_dir(sys.argv[1], force=True) as tmp:\n    (tmp / 'w').write_bytes(b'x')\n    os._exit(9)\n")
+    subprocess.run([sys.executable, "-c", code, str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
+                   check=False)
+    assert [p for p in out.parent.glob(f".{out.name}.tmp-*") if p.is_dir()]
+
+
+def test_the_cleanup_of_a_writer_says_nothing_unless_given_a_log(tmp_path, capfd):
+    from soarpack.placement.write import atomic_dir
+
+    out = tmp_path / "q"
+    _killed_writer(out)
+    with atomic_dir(out) as tmp:  # no log: the killed run's temp goes, silently
+        (tmp / "w").write_bytes(b"new")
+    assert capfd.readouterr() == ("", "") and hidden_leftovers(tmp_path, "q") == []
+    _killed_writer(out)
+    lines: list = []
+    with atomic_dir(out, force=True, log=lines.append) as tmp:
+        (tmp / "w").write_bytes(b"newer")
+    assert len(lines) == 1 and "killed" in lines[0] and capfd.readouterr() == ("", "")
+
+
 def test_a_dead_lock_holder_is_cleaned_up_and_named(tmp_path):
     out = tmp_path / "q"
     code = ("import os, sys\nfrom soarpack.placement.write import atomic_dir\n"
