@@ -37,8 +37,8 @@ def _measure(fn):
 
 
 def bench_generate(url: str, requests: int, tokens: int, concurrency):
-    from soarpack.bench import client as http
-    from soarpack.bench.speed import SpeedRequest, run_tier
+    from soarpack.measure import client as http
+    from soarpack.measure.speed import SpeedRequest, run_tier
 
     reqs = [SpeedRequest(f"prompt {i}", 2, tokens) for i in range(requests)]
     warm = [SpeedRequest("warm", 2, 2)] * (concurrency or 32)
@@ -53,7 +53,7 @@ def bench_generate(url: str, requests: int, tokens: int, concurrency):
 
 
 def bench_eval(url: str, requests: int, concurrency: int):
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "d.jsonl"

@@ -143,7 +143,7 @@ def fixtures(work: Path) -> dict:
     html = ThreadingHTTPServer(("127.0.0.1", 0), _Html)
     threading.Thread(target=html.serve_forever, daemon=True).start()
     f["html"] = f"http://127.0.0.1:{html.server_address[1]}"
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
 
     edited = work / "edited.json"
     run_eval(EvalConfig(api_base=good.url, data=Path(f["data_jsonl"]), output=edited))
@@ -181,7 +181,7 @@ def fixtures_39b(work: Path, f: dict, write, tree: Path, manifest: dict, good) -
     counts, extra_args against the record, deep JSON; a profile with --port; deep and huge-row recipes; a
     SIGTERM-ignoring server child; a tmpfs to fill (where `unshare -rm` works)."""
     import math
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
     from soarpack.bundle.tarpack import write_tarball
 
     def bench(durations, **top):
@@ -396,7 +396,7 @@ def fixtures_h39a(work: Path, f: dict) -> None:
     import io
     import os
 
-    from soarpack.bench.evaluate import EVAL_KIND
+    from soarpack.measure.evaluate import EVAL_KIND
     from soarpack.bundle.build import build_bundle
     from soarpack.bundle.tarpack import safe_extract, write_tarball
     from soarpack.bundle.wheels import make_pure_wheel

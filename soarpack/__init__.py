@@ -8,29 +8,29 @@ The Python API is the command line's, as functions with the same names and quiet
 
 soarpack.quantize, build, check, eval, bench, score, compare, diagnose, tiny_model: help(soarpack.NAME) for each.
 They are imported on first use, so `import soarpack` stays fast and loads neither torch nor the CLI.
+
+This file is the API's face and sits above everything: no module of soarpack imports it. No subpackage bears an
+API function's name (the measurements are soarpack.measure, the diagnosis soarpack.diagnosis), so importing one
+never rebinds soarpack.bench or soarpack.diagnose.
 """
 
-__version__ = "0.1.0"
+from soarpack.version import __version__
 
-from soarpack.apinames import API_NAMES as _API_NAMES
+API_NAMES = ("quantize", "build", "check", "eval", "bench", "score", "compare", "diagnose", "tiny_model")
 
 # `from soarpack import *` leaves out `eval`: it would hide the builtin of that name (soarpack.eval still works)
-__all__ = [name for name in _API_NAMES if name != "eval"]
+__all__ = [name for name in API_NAMES if name != "eval"]
 
 
 def __getattr__(name: str):
-    if name in ("bench", "diagnose"):  # subpackages that are also callable (soarpack.apinames)
-        import importlib
+    if name in API_NAMES:
+        from soarpack import api
 
-        return importlib.import_module(f"soarpack.{name}")
-    if name in _API_NAMES:
-        import importlib
-
-        value = getattr(importlib.import_module("soarpack.api"), name)
+        value = getattr(api, name)
         globals()[name] = value  # found once: later reads skip __getattr__
         return value
     raise AttributeError(f"module 'soarpack' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API_NAMES))
+    return sorted(set(globals()) | set(API_NAMES))

@@ -21,9 +21,9 @@ from soarpack.facts import limits
 from soarpack.steps import Event, EventCallback, no_events
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
-    from soarpack.bench.results import BenchResult, CompareResult, EvalResult, ScoreResult
+    from soarpack.measure.results import BenchResult, CompareResult, EvalResult, ScoreResult
     from soarpack.bundle.build import BuildResult
-    from soarpack.diagnose import Diagnosis
+    from soarpack.diagnosis import Diagnosis
     from soarpack.quant.run import QuantizeResult
     from soarpack.rehearse.check import CheckReport
 
@@ -242,8 +242,8 @@ def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None,
         ...                        model_dir="sala-w4", rows=50, output="eval.json")
         >>> result.ori_accuracy, result.c_factor
     """
-    from soarpack.bench.evaluate import EvalConfig, check_eval_config, run_eval
-    from soarpack.bench.results import EvalResult
+    from soarpack.measure.evaluate import EvalConfig, check_eval_config, run_eval
+    from soarpack.measure.results import EvalResult
 
     events = _events(on_event)
     cfg = EvalConfig(api_base=api_base, data=Path(data), output=_path(output), model_dir=_path(model_dir),
@@ -298,8 +298,8 @@ def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike
         ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
         >>> {name: tier.duration_s for name, tier in result.tiers.items()}
     """
-    from soarpack.bench.results import BenchResult
-    from soarpack.bench.speed import BenchConfig, check_bench_config, run_bench
+    from soarpack.measure.results import BenchResult
+    from soarpack.measure.speed import BenchConfig, check_bench_config, run_bench
 
     events = _events(on_event)
     tiers = {name: Path(path) for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
@@ -333,8 +333,8 @@ def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[Pat
     Example:
         >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90).final_score
     """
-    from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
-    from soarpack.bench.results import ScoreResult
+    from soarpack.measure.competition import durations_from_bench, final_score, overall_from_eval
+    from soarpack.measure.results import ScoreResult
 
     best_durations = durations_from_bench(Path(best)) if best is not None else {}
     for tier, value in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)):
@@ -367,8 +367,8 @@ def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optiona
         >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
         >>> print(runs.render("md")); runs.below_gate
     """
-    from soarpack.bench.compare import load_runs, score_runs
-    from soarpack.bench.results import CompareResult
+    from soarpack.measure.compare import load_runs, score_runs
+    from soarpack.measure.results import CompareResult
     from soarpack.bundle.risks import evidence_risk_lines
 
     paths = _paths(results) or []
@@ -376,7 +376,7 @@ def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optiona
     best = score_runs(runs, {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax))
                              if v is not None})
     if chart is not None:
-        from soarpack.bench.chart import write_chart
+        from soarpack.measure.chart import write_chart
 
         _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, Path(chart), inputs=paths)}"))
     return CompareResult(runs, best)
@@ -400,7 +400,7 @@ def diagnose(paths: Paths) -> Diagnosis:
         >>> found = soarpack.diagnose([report.logs_dir])
         >>> [(f.entry_id, found.entry(f).fix) for f in found.findings]
     """
-    from soarpack.diagnose import diagnose as diagnose_paths
+    from soarpack.diagnosis import diagnose as diagnose_paths
 
     return diagnose_paths(_paths(paths) or [])
 

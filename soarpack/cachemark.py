@@ -22,7 +22,7 @@ MAX_MARKER_BYTES = 4096
 def mark(folder: Path, entry: str) -> None:
     """Write the marker into `folder`, which soarpack has just created as the cache entry `entry` ("wheels",
     "image-stack/KEY")."""
-    from soarpack import __version__
+    from soarpack.version import __version__
 
     path = Path(folder) / MARKER
     tmp = path.with_name(f"{MARKER}.{os.getpid()}.tmp")

@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 from typing import Any, Dict, Optional
 
-from soarpack import __version__
+from soarpack.version import __version__
 from soarpack.facts import image
 
 PACKAGES = ("torch", "transformers", "gptqmodel")

@@ -133,7 +133,7 @@ class RunReport:
 
 
 def interpreter_versions() -> Dict[str, str]:
-    from soarpack import __version__
+    from soarpack.version import __version__
 
     return {"python": sys.version.split()[0], "executable": sys.executable, "soarpack": __version__}
 

@@ -15,7 +15,7 @@ import pytest
 
 import soarpack
 from soarpack import api
-from soarpack.apinames import API_NAMES
+from soarpack import API_NAMES
 from soarpack.deprecation import renamed_map
 from soarpack.errors import SoarpackError
 from under_test import SOARPACK_ROOT
@@ -46,23 +46,28 @@ def test_import_soarpack_loads_no_heavy_library_and_lists_the_api():
 
 @pytest.mark.parametrize("name", API_NAMES)
 def test_touching_an_api_name_imports_no_heavy_library(name):
-    # soarpack.diagnose is also the subpackage, whose result readers import httpx, which imports rich
-    heavy = [m for m in HEAVY if not (name == "diagnose" and m == "rich")]
     out = json.loads(_fresh(f"import json, sys, soarpack\nf = soarpack.{name}\n"
-                            f"print(json.dumps({{'callable': callable(f), 'loaded': [m for m in {heavy!r} "
+                            f"print(json.dumps({{'callable': callable(f), 'loaded': [m for m in {HEAVY!r} "
                             "if m in sys.modules]}))"))
     assert out == {"callable": True, "loaded": []}
 
 
-def test_bench_and_diagnose_are_callable_and_still_their_packages(tmp_path):
-    import soarpack.bench.speed  # noqa: F401 - binds the subpackage to soarpack.bench, as any import does
-    import soarpack.diagnose.scan  # noqa: F401
+def test_bench_and_diagnose_stay_the_api_functions_after_their_packages_are_imported(tmp_path):
+    # The measurements and the diagnosis live in packages whose names are no API name: importing them binds
+    # soarpack.measure and soarpack.diagnosis, never soarpack.bench or soarpack.diagnose.
+    import soarpack.diagnosis.scan  # noqa: F401
+    import soarpack.measure.speed  # noqa: F401
 
-    assert soarpack.bench.speed.BenchConfig is not None and soarpack.diagnose.scan is not None
-    assert inspect.signature(soarpack.bench) == inspect.signature(api.bench)
-    assert "Time the S1, S8 and Smax tiers" in soarpack.bench.__doc__
+    assert soarpack.bench is api.bench and soarpack.diagnose is api.diagnose
+    assert "Time the S1, S8 and Smax tiers" in inspect.getdoc(soarpack.bench)
     (tmp_path / "quantize.log").write_text("all fine\n")
     assert soarpack.diagnose(tmp_path / "quantize.log").findings == []  # called: runs soarpack.api.diagnose
+
+
+def test_no_subpackage_bears_an_api_name():
+    packages = {p.parent.name for p in (Path(soarpack.__file__).parent).glob("*/__init__.py")}
+    modules = {p.stem for p in Path(soarpack.__file__).parent.glob("*.py")}
+    assert (packages | modules) & set(API_NAMES) == set()
 
 
 def test_help_of_quantize_reads_as_user_documentation():
@@ -89,7 +94,7 @@ NOT_IN_API = {
     "verbose": "presentation: quantize's library_output='terminal' is what -v sets",
     "table": "presentation: CompareResult.render('md' | 'csv')",
     "format": "compare's hidden old --format md|csv|json|table: CompareResult.render takes those styles",
-    "catalogue": "diagnose --catalogue lists soarpack.diagnose.catalogue.load_catalogue(), not a diagnosis",
+    "catalogue": "diagnose --catalogue lists soarpack.diagnosis.catalogue.load_catalogue(), not a diagnosis",
 }
 # Options whose default differs in the API, and why.
 OTHER_DEFAULT = {
@@ -225,7 +230,7 @@ BENCH_BASE = {"api_base": "http://127.0.0.1:9", "s1": "s1.jsonl", "model_dir": "
     ("deadline_s", "deadline", 9.0, lambda cfg: cfg.deadline_s),
 ])
 def test_eval_old_keyword(monkeypatch, old, new, value, read):
-    seen = _capture(monkeypatch, "soarpack.bench.evaluate", "run_eval")
+    seen = _capture(monkeypatch, "soarpack.measure.evaluate", "run_eval")
     _call_expecting_alias(api.eval, old, new, **EVAL_BASE, **{old: value})
     assert str(read(seen["args"][0])) == str(value)
 
@@ -240,7 +245,7 @@ def test_eval_old_keyword(monkeypatch, old, new, value, read):
     ("deadline_s", "deadline", 9.0, lambda cfg: cfg.deadline_s),
 ])
 def test_bench_old_keyword(monkeypatch, old, new, value, read):
-    seen = _capture(monkeypatch, "soarpack.bench.speed", "run_bench")
+    seen = _capture(monkeypatch, "soarpack.measure.speed", "run_bench")
     base = {k: v for k, v in BENCH_BASE.items() if not (new == "model_dir" and k == "model_dir")}
     _call_expecting_alias(api.bench, old, new, **base, **{old: value})
     assert str(read(seen["args"][0])) == str(value)
@@ -285,8 +290,8 @@ def test_an_old_and_a_new_keyword_with_different_values_are_refused():
 
 
 def test_the_configs_take_their_old_field_names_with_a_warning():
-    from soarpack.bench.evaluate import EvalConfig
-    from soarpack.bench.speed import BenchConfig
+    from soarpack.measure.evaluate import EvalConfig
+    from soarpack.measure.speed import BenchConfig
 
     with pytest.warns(DeprecationWarning, match="EvalConfig: num_samples= is now rows="):
         assert EvalConfig(api_base="http://x", data=Path("d"), num_samples=3).rows == 3
@@ -316,8 +321,8 @@ def test_eval_bench_score_compare_return_typed_results_and_print_nothing(tmp_pat
     from soarpack.serve.fake_server import ChatReply, FakeSGLang
     from tiny_tokenizer import make_tiny_tokenizer
 
-    from soarpack.bench.compare import Run
-    from soarpack.bench.results import BenchResult, CompareResult, EvalResult, ScoreResult
+    from soarpack.measure.compare import Run
+    from soarpack.measure.results import BenchResult, CompareResult, EvalResult, ScoreResult
 
     tok = make_tiny_tokenizer(tmp_path / "tok")
     data = tmp_path / "d.jsonl"
@@ -356,7 +361,7 @@ def test_score_without_a_best_time_raises_the_commands_error(tmp_path):
 
 
 def _bench_json(tmp_path: Path) -> Path:
-    from soarpack.bench.speed import BENCH_KIND
+    from soarpack.measure.speed import BENCH_KIND
 
     tier = {"failed": 0, "short_outputs": 0, "duration_s": 2.0}
     path = tmp_path / "bench.json"

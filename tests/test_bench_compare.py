@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
-from soarpack.bench.evaluate import EvalConfig, run_eval
+from soarpack.measure.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
 from soarpack.facts import engine
 

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from soarpack.bench.evaluate import EvalConfig, run_eval
-from soarpack.bench.speed import load_speed_pairs, prepare_requests
-from soarpack.bench.speedset import Bucket, Mix, jsonl_text, make_speedset
-from soarpack.bench.tokenizer import count_tokens, load_tokenizer
+from soarpack.measure.evaluate import EvalConfig, run_eval
+from soarpack.measure.speed import load_speed_pairs, prepare_requests
+from soarpack.measure.speedset import Bucket, Mix, jsonl_text, make_speedset
+from soarpack.measure.tokenizer import count_tokens, load_tokenizer
 from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
 from under_test import SOARPACK_ROOT
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.evaluate import EvalConfig, run_eval
+from soarpack.measure.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
 from soarpack.errors import InputDataError
 

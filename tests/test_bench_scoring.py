@@ -2,8 +2,8 @@
 
 import pytest
 
-from soarpack.bench.competition import final_score
-from soarpack.bench.scoring import c_factor, extract_mcq, final_answer, ori_accuracy, overall_accuracy, score_prediction
+from soarpack.measure.competition import final_score
+from soarpack.measure.scoring import c_factor, extract_mcq, final_answer, ori_accuracy, overall_accuracy, score_prediction
 from soarpack.errors import InputDataError
 
 

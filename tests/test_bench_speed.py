@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import FakeSGLang, GenerateScript
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.speed import BenchConfig, load_speed_pairs, prepare_requests, run_bench
+from soarpack.measure.speed import BenchConfig, load_speed_pairs, prepare_requests, run_bench
 from soarpack.cli import app
 from soarpack.errors import ConfigError, SoarpackError
 

@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.speed import load_speed_pairs, prepare_requests
-from soarpack.bench.speedset import DEFAULT_MIX, Bucket, allocate, bucket_histogram, load_mix, make_speedset
-from soarpack.bench.tokenizer import load_tokenizer
+from soarpack.measure.speed import load_speed_pairs, prepare_requests
+from soarpack.measure.speedset import DEFAULT_MIX, Bucket, allocate, bucket_histogram, load_mix, make_speedset
+from soarpack.measure.tokenizer import load_tokenizer
 from soarpack.cli import app
 from soarpack.errors import ConfigError
 
@@ -64,7 +64,7 @@ def test_bpe_lengths_are_corrected_after_the_cut(tmp_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from soarpack.bench.speedset import BUILTIN_TEXT
+    from soarpack.measure.speedset import BUILTIN_TEXT
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -128,7 +128,7 @@ def test_cli_speedset_writes_rows_the_bench_reads(tmp_path, tokenizer_dir, token
 
 
 def test_presets_name_their_shares_and_where_they_come_from():
-    from soarpack.bench.speedset import PRESETS
+    from soarpack.measure.speedset import PRESETS
 
     assert set(PRESETS) == {"published", "long-128k", "1of16"} and load_mix(None) is PRESETS["published"]
     for name, mix in PRESETS.items():
@@ -146,7 +146,7 @@ def test_presets_name_their_shares_and_where_they_come_from():
 def test_caps_cut_the_drawn_lengths_and_keep_the_rows_pairing():
     import random
 
-    from soarpack.bench.speedset import PRESETS, target_lengths
+    from soarpack.measure.speedset import PRESETS, target_lengths
 
     drawn = target_lengths(40, DEFAULT_MIX.input, random.Random(3))
     capped = target_lengths(40, DEFAULT_MIX.input, random.Random(3), cap=128 * 1024)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from soarpack.bundle import layout
 from soarpack.bundle.build import BundleTooLargeError, build_bundle
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 from soarpack.bundle.secrets import CredentialError, scan_tree
 from soarpack.bundle.tarpack import safe_extract
 from soarpack.bundle.wheels import make_pure_wheel

@@ -19,7 +19,7 @@ from soarpack.bundle.summary import inspect_bundle
 from soarpack.bundle.tarpack import safe_extract, write_tarball
 from soarpack.cli import app
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET = dict(wheels=False)
@@ -91,7 +91,7 @@ def test_inspect_and_check_refuse_a_malformed_manifest_in_one_line(built, tmp_pa
 
 
 def test_the_bundle_id_is_one_field_the_name_inspect_eval_and_bench_show(built, tmp_path):
-    from soarpack.bench.provenance import measured
+    from soarpack.measure.provenance import measured
 
     m = read_manifest(_unpacked(built, tmp_path))
     assert built.id == m.id

@@ -123,7 +123,7 @@ def test_quantize_quiet_prints_only_problems(capsys):
 
 def _interrupted_bench(tmp_path, monkeypatch, finish_tiers: int, *flags: str):
     """A bench of s1 and s8 against the stand-in server, Ctrl-C'd after `finish_tiers` tiers finished."""
-    import soarpack.bench.speed as speed
+    import soarpack.measure.speed as speed
 
     real_run_tier, finished = speed.run_tier, []
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
-from soarpack.bench.evaluate import EvalConfig, run_eval
+from soarpack.measure.evaluate import EvalConfig, run_eval
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.summary import inspect_bundle
 from soarpack.cli import app

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from soarpack.cli import app
-from soarpack.diagnose import diagnose, diagnose_text
-from soarpack.diagnose.results import repeated_tail
+from soarpack.diagnosis import diagnose, diagnose_text
+from soarpack.diagnosis.results import repeated_tail
 from soarpack.errors import SoarpackError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ LOOP = "I will check the answer again. "
 
 
 def _eval(tmp_path, replies):
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
 
     rows = [{"task": task, "question": q, "gold": "B" if task == "mcq" else ["x"]} for q, (task, _) in replies.items()]
     data = tmp_path / "d.jsonl"
@@ -359,8 +359,8 @@ def test_a_check_report_whose_overlay_import_failed_names_torchao(tmp_path):
 
 
 def test_an_unknown_failed_check_step_is_shown():
-    from soarpack.diagnose import diagnose_inputs
-    from soarpack.diagnose.inputs import Input
+    from soarpack.diagnosis import diagnose_inputs
+    from soarpack.diagnosis.inputs import Input
 
     d = diagnose_inputs([Input(Path("check.json"), "check", "verify: exit 3 after 2 s")])
     assert d.findings == [] and d.excerpts[0].first_error == "line 1: verify: exit 3 after 2 s"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from soarpack.diagnose import diagnose, diagnose_text
-from soarpack.diagnose.catalogue import RESULT_KINDS, TEXT_KINDS, Entry, load_catalogue
+from soarpack.diagnosis import diagnose, diagnose_text
+from soarpack.diagnosis.catalogue import RESULT_KINDS, TEXT_KINDS, Entry, load_catalogue
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRIES = load_catalogue()

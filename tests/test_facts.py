@@ -117,7 +117,7 @@ def test_no_platform_fact_is_typed_outside_the_facts_package():
 def test_the_derived_lines_follow_the_baseline_and_the_steps():
     assert scoring.FULL_CREDIT_ORI == round(scoring.C_STEPS[-1][0] * scoring.BASELINE_ACCURACY / 100, 4)
     assert scoring.NO_CREDIT_ORI == round(scoring.C_STEPS[0][0] * scoring.BASELINE_ACCURACY / 100, 4)
-    from soarpack.bench.scoring import c_factor, overall_accuracy
+    from soarpack.measure.scoring import c_factor, overall_accuracy
 
     assert c_factor(overall_accuracy(scoring.FULL_CREDIT_ORI + 0.01)) == scoring.C_FULL
     assert c_factor(overall_accuracy(scoring.FULL_CREDIT_ORI)) < scoring.C_FULL

@@ -112,7 +112,7 @@ def test_compare_names_the_fp8_risk_of_a_runs_bundle(tmp_path):
         return path
 
     files = [bench("ff", "fast-fp8", "w4-mlp"), bench("plain", "safe", "w4-mlp")]
-    from soarpack.bench.compare import load_runs
+    from soarpack.measure.compare import load_runs
     from soarpack.bundle.risks import evidence_risk_lines
 
     runs = {r.name: r for r in load_runs(files, risks=evidence_risk_lines)}

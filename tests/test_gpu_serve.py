@@ -401,8 +401,8 @@ def test_the_python_wrapper_runs_with_the_servers_environment(tmp_path):
 def test_the_public_slice_has_every_scored_task_and_loads_as_the_public_set(tmp_path):
     import public_slice
 
-    from soarpack.bench.evaluate import load_eval_rows
-    from soarpack.bench.scoring import ANY_HIT_TASKS, FRACTION_TASKS, MCQ_TASKS, score_prediction
+    from soarpack.measure.evaluate import load_eval_rows
+    from soarpack.measure.scoring import ANY_HIT_TASKS, FRACTION_TASKS, MCQ_TASKS, score_prediction
 
     out = tmp_path / "slice.jsonl"
     assert public_slice.main(["--out", str(out), "--per-task", "2", "--haystack-words", "300"]) == 0

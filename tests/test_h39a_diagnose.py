@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.speed import BENCH_KIND
+from soarpack.measure.evaluate import EVAL_KIND
+from soarpack.measure.speed import BENCH_KIND
 from soarpack.cli import app
-from soarpack.diagnose import diagnose, diagnose_text, inputs
+from soarpack.diagnosis import diagnose, diagnose_text, inputs
 from under_test import SOARPACK_ROOT
 
 runner = CliRunner()

@@ -126,7 +126,7 @@ def hostile(tmp_path_factory):
     (tree / "bundle.env").write_text(env_text.replace("SOARPACK_BUNDLE_PROFILE=", f"SOARPACK_BUNDLE_PROFILE='{PAYLOAD}'\n#"))
     f["steps_bundle"] = write_tarball(tree, w / "steps.tar.gz")
     # results for compare: an eval run with a label, a served model name and task names that are escapes
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
     from soarpack.serve.fake_server import ChatReply, FakeSGLang, GenerateScript
 
     data = w / "data.jsonl"

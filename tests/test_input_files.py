@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.evaluate import EvalConfig, load_eval_rows, run_eval
-from soarpack.bench.jsonl import read_jsonl
+from soarpack.measure.evaluate import EvalConfig, load_eval_rows, run_eval
+from soarpack.measure.jsonl import read_jsonl
 from soarpack.cli import app
 from soarpack.errors import InputDataError
 from soarpack.quant.calib import read_examples
@@ -149,7 +149,7 @@ def test_a_file_over_the_cap_is_refused_with_its_cap(tmp_path, monkeypatch):
     big = tmp_path / "big.jsonl"
     big.write_text(rows_jsonl(400))
     monkeypatch.setattr(inputs, "CHUNK", 4096)
-    from soarpack.bench import jsonl
+    from soarpack.measure import jsonl
 
     monkeypatch.setattr(jsonl, "MAX_DATA_BYTES", 8192)
     with pytest.raises(InputDataError, match="larger than soarpack's cap"):

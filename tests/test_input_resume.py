@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.evaluate import EvalConfig, run_eval
+from soarpack.measure.evaluate import EvalConfig, run_eval
 from soarpack.cli import app
 from soarpack.errors import InputDataError
 

@@ -157,7 +157,7 @@ def test_row_N1_bench_data_from_a_device_is_one_error_line(tmp_path, tok):
 
 
 def test_row_N3_bench_data_with_a_line_separator_inside_a_question(tmp_path):
-    from soarpack.bench.speed import load_speed_pairs
+    from soarpack.measure.speed import load_speed_pairs
 
     data = tmp_path / "s.jsonl"
     data.write_text(json.dumps({"question": "a\u2028b\u0085c", "model_response": "d"}, ensure_ascii=False) + "\n",

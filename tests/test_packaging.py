@@ -31,7 +31,7 @@ def test_wheel_ships_recipes_patches_and_lock(tmp_path):
     assert patches and all(f"soarpack/sglang_patches/{p}" in names for p in patches)
     assert "soarpack/sglang_patches/fork-hashes.json" in names
     assert {"soarpack/recipes/w4-mlp.toml", "soarpack/profiles/safe.toml", "soarpack/bundle/platform-lock.json",
-            "soarpack/diagnose/catalogue.toml"} <= names
+            "soarpack/diagnosis/catalogue.toml"} <= names
     for script in ("prepare_env.sh", "prepare_model.sh", "preprocess_model.py"):
         assert f"soarpack/bundle/entry/{script}" in names
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)

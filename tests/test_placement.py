@@ -1,7 +1,8 @@
 """Issue 23: one placement primitive for every writer. Each numbered case of the issue has its test here (the id
-names it); kills and failures are injected at the seam (fsutil's filesystem calls), never by timing or privileges.
+names it); kills and failures are injected at the seam (soarpack.placement's filesystem calls), never by timing or
+privileges.
 
-The kill tests run a writer in a child whose fsutil sees an `os` (and `shutil`) that os._exit()s at the N-th
+The kill tests run a writer in a child whose placement modules see an `os` (and `shutil`) that os._exit()s at the N-th
 mutating call, for N = 1, 2, ... until the writer finishes: every window of a placement is hit once. After each
 kill the target must be the old complete output or the new one, and the next run must clean up and say which.
 """
@@ -20,11 +21,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import soarpack.fsutil as fsutil
+import soarpack.placement as placement
+from soarpack.placement import cleanup, locks, rename
+from soarpack.placement.owner import INCOMPLETE_MARKER
 from tiny_tokenizer import make_tiny_tokenizer
 from soarpack.cli import app
 
-REPO = Path(fsutil.__file__).resolve().parent.parent  # children import the soarpack under test
+REPO = Path(placement.__file__).resolve().parents[2]  # children import the soarpack under test
 KILLED = 77
 
 
@@ -60,11 +63,35 @@ def tokenizer_dir(tmp_path_factory):
     return make_tiny_tokenizer(tmp_path_factory.mktemp("tok") / "model")
 
 
-# -- the seam: a child whose fsutil dies at its N-th filesystem change ---------------------------------------------
+# -- the seam: a child whose placement modules die at their N-th filesystem change -----------------------------
 
-SEAM = textwrap.dedent("""
+# Every module of soarpack.placement, in a child: their `os` and `shutil` are the seam.
+MODULES = textwrap.dedent("""
+    import importlib, pkgutil
+    import soarpack.placement
+
+    MODULES = [importlib.import_module(f"soarpack.placement.{m.name}")
+               for m in pkgutil.iter_modules(soarpack.placement.__path__)]
+""")
+
+
+def placement_modules() -> list:
+    import importlib
+    import pkgutil
+
+    return [importlib.import_module(f"soarpack.placement.{m.name}") for m in pkgutil.iter_modules(placement.__path__)]
+
+
+def patch_os(monkeypatch, fake) -> None:
+    """`fake` as the `os` of every placement module (the renameat2 binding's own os included)."""
+    for module in placement_modules():
+        if hasattr(module, "os"):
+            monkeypatch.setattr(module, "os", fake)
+
+
+SEAM = MODULES + textwrap.dedent("""
     import errno, os, shutil, sys
-    import soarpack.fsutil as f
+    from soarpack.placement import rename, write as f
 
     N, seen = int(os.environ["KILL_AT"]), [0]
 
@@ -84,15 +111,17 @@ SEAM = textwrap.dedent("""
             value = getattr(self._module, name)
             return counted(value) if name in self._names else value
 
-    f.os = Seam(os, {"rename", "replace", "link", "unlink", "rmdir", "mkdir", "symlink"})
-    f.shutil = Seam(shutil, {"rmtree", "copy2", "copytree"})
-    if hasattr(f, "renameat2"):
-        real = f.renameat2
-        def renameat2(src, dst, flags):
-            if os.environ.get("NO_EXCHANGE") and flags == f.RENAME_EXCHANGE:
-                raise OSError(errno.EINVAL, "Invalid argument")  # a filesystem without RENAME_EXCHANGE
-            return real(src, dst, flags)
-        f.renameat2 = counted(renameat2)
+    for module in MODULES:
+        if hasattr(module, "os"):
+            module.os = Seam(os, {"rename", "replace", "link", "unlink", "rmdir", "mkdir", "symlink"})
+        if hasattr(module, "shutil"):
+            module.shutil = Seam(shutil, {"rmtree", "copy2", "copytree"})
+    real = rename.renameat2
+    def renameat2(src, dst, flags):
+        if os.environ.get("NO_EXCHANGE") and flags == rename.RENAME_EXCHANGE:
+            raise OSError(errno.EINVAL, "Invalid argument")  # a filesystem without RENAME_EXCHANGE
+        return real(src, dst, flags)
+    rename.renameat2 = counted(renameat2)
 """)
 
 WRITERS = {
@@ -106,7 +135,7 @@ WRITERS = {
     "file": SEAM + textwrap.dedent("""
         with f.placing(sys.argv[1], force=True) as st:
             st.path.write_bytes(b"a new bundle" * 100)
-    """) if hasattr(fsutil, "placing") else SEAM + "f.atomic_write_bytes(sys.argv[1], b'a new bundle' * 100)\n",
+    """),
     # in-place `sglang apply`
     "apply": SEAM + textwrap.dedent("""
         from soarpack.serve.patches import apply_patches
@@ -167,11 +196,11 @@ def test_case_2_a_kill_at_any_step_leaves_the_old_or_the_new_output(tmp_path, ki
             problems.append(f"killed at step {n}: {target} is {'missing' if not target.exists() else 'neither old nor new'}")
         for tmp in (p for p in tmp_path.glob(".q.tmp-*") if p.is_dir()):
             # a leftover is never taken for a result, whether or not its marker was already gone
-            owner = fsutil.temp_owner(tmp) if hasattr(fsutil, "temp_owner") else None
+            owner = locks.temp_owner(tmp)
             if owner is None or owner[1] != "gone":
                 problems.append(f"killed at step {n}: {tmp.name} does not say it is a killed run's temp")
         lines: list = []
-        fsutil.remove_stale_temps(target, lines.append)
+        cleanup.remove_stale_temps(target, lines.append)
         if hidden_leftovers(tmp_path, "q"):
             problems.append(f"killed at step {n}: the next run left {hidden_leftovers(tmp_path, 'q')}")
         if tree_hash(target) not in (old, new):
@@ -217,9 +246,8 @@ def test_case_3_in_place_apply_killed_at_any_step_is_all_old_or_all_new(tmp_path
     assert kills >= 4
 
 
-def test_case_3_the_next_run_says_it_rolled_back(tmp_path, capsys):
+def test_case_3_the_next_run_says_it_rolled_back(tmp_path):
     from test_serve_patches import write_anchor_tree
-    from soarpack.serve.patches import check_tree
 
     # the first kill after which some file is already new (and the journal is still there)
     for n in range(1, 40):
@@ -230,9 +258,8 @@ def test_case_3_the_next_run_says_it_rolled_back(tmp_path, capsys):
             pytest.fail("no kill left the tree half patched")
         if tree_hash(fork) != old:
             break
-    capsys.readouterr()
-    check_tree(fork)
-    assert "rolledback" in flat(capsys.readouterr().err) and tree_hash(fork) == old
+    res = run_cli("sglang", "check", "--sglang-src", fork)  # the next run: the CLI says what its cleanup did
+    assert "note:rolledback" in flat(res.stderr) and tree_hash(fork) == old, res.output
 
 
 # -- case 1: inputs are never written over ---------------------------------------------------------------------
@@ -303,7 +330,7 @@ def test_case_2_an_old_output_an_earlier_version_left_aside_comes_back(tmp_path)
     old_dir(tmp_path / "ref" / "q")
     old = tree_hash(tmp_path / "ref" / "q")
     lines: list = []
-    fsutil.remove_stale_temps(out, lines.append)
+    cleanup.remove_stale_temps(out, lines.append)
     assert out.is_dir() and not aside.exists(), lines
     assert tree_hash(out) == old and any("restored" in line for line in lines)
 
@@ -314,7 +341,7 @@ def test_case_2_verify_of_a_killed_runs_unmarked_temp_folder_is_not_ok(tiny_mode
     tmp = tmp_path / ".q.tmp-k1lled00"
     subprocess.run(["cp", "-r", str(tiny_model_dir), str(tmp)], check=True)
     (tmp_path / ".q.tmp-k1lled00.lock").write_text(json.dumps({"target": "q", "pid": 1, "host": "elsewhere"}))
-    assert not (tmp / fsutil.INCOMPLETE_MARKER).exists()
+    assert not (tmp / INCOMPLETE_MARKER).exists()
     res = run_cli("verify", tmp)
     assert res.exit_code == 1 and "[incomplete]" in res.output and "killedbeforeitfinished" in flat(res.output), \
         res.output
@@ -342,7 +369,7 @@ def test_case_2_a_folder_without_marker_is_reported_once_without_a_doubled_note(
 
 LIVE = textwrap.dedent("""
     import sys
-    from soarpack.fsutil import atomic_dir
+    from soarpack.placement.write import atomic_dir
     with atomic_dir(sys.argv[1], force=True) as tmp:
         (tmp / "model.safetensors").write_bytes(b"a long run's weights")
         print(tmp, flush=True)
@@ -361,11 +388,11 @@ def test_case_4_a_live_run_in_another_pid_namespace_keeps_its_temp_folder(tmp_pa
         # pid that does not exist here: a reaped child's.
         gone = subprocess.Popen(["true"])
         gone.wait()
-        marker = tmp / fsutil.INCOMPLETE_MARKER
+        marker = tmp / INCOMPLETE_MARKER
         owner = json.loads(marker.read_text())
         marker.write_text(json.dumps({**owner, "pid": gone.pid, "process_start": None}))
         lines: list = []
-        fsutil.remove_stale_temps(out, lines.append)
+        cleanup.remove_stale_temps(out, lines.append)
         assert tmp.is_dir(), f"a live run's temp folder was removed: {lines}"
         # the lock is beside the temp folder, never inside it (what is inside ships)
         assert Path(f"{tmp}.lock").is_file() and not [p for p in tmp.rglob("*") if "lock" in p.name]
@@ -381,15 +408,38 @@ def test_case_4_a_live_run_in_another_pid_namespace_keeps_its_temp_folder(tmp_pa
         live.wait()
 
 
+def _killed_writer(out: Path) -> None:
+    code = ("import os, sys\nfrom soarpack.placement.write import atomic_dir\n"
+            "with atomic_dir(sys.argv[1], force=True) as tmp:\n    (tmp / 'w').write_bytes(b'x')\n    os._exit(9)\n")
+    subprocess.run([sys.executable, "-c", code, str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
+                   check=False)
+    assert [p for p in out.parent.glob(f".{out.name}.tmp-*") if p.is_dir()]
+
+
+def test_the_cleanup_of_a_writer_says_nothing_unless_given_a_log(tmp_path, capfd):
+    from soarpack.placement.write import atomic_dir
+
+    out = tmp_path / "q"
+    _killed_writer(out)
+    with atomic_dir(out) as tmp:  # no log: the killed run's temp goes, silently
+        (tmp / "w").write_bytes(b"new")
+    assert capfd.readouterr() == ("", "") and hidden_leftovers(tmp_path, "q") == []
+    _killed_writer(out)
+    lines: list = []
+    with atomic_dir(out, force=True, log=lines.append) as tmp:
+        (tmp / "w").write_bytes(b"newer")
+    assert len(lines) == 1 and "killed" in lines[0] and capfd.readouterr() == ("", "")
+
+
 def test_a_dead_lock_holder_is_cleaned_up_and_named(tmp_path):
     out = tmp_path / "q"
-    code = ("import os, sys\nfrom soarpack.fsutil import atomic_dir\n"
+    code = ("import os, sys\nfrom soarpack.placement.write import atomic_dir\n"
             "with atomic_dir(sys.argv[1]) as tmp:\n    (tmp / 'w').write_bytes(b'x')\n    os._exit(9)\n")
     subprocess.run([sys.executable, "-c", code, str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
                    check=False)
     assert [p for p in tmp_path.glob(".q.tmp-*") if p.is_dir()]
     lines: list = []
-    fsutil.remove_stale_temps(out, lines.append)
+    cleanup.remove_stale_temps(out, lines.append)
     assert len(lines) == 1 and "killed" in lines[0] and "never written" in lines[0], lines
     assert hidden_leftovers(tmp_path, "q") == [] and not out.exists()
 
@@ -443,9 +493,8 @@ def test_case_5_an_unwritable_target_at_placement_is_one_line_and_keeps_the_old(
 
     def then_read_only(stage, path):
         real(stage, path)
-        monkeypatch.setattr(fsutil, "os", ReadOnlyAtPlacement())
-        if hasattr(fsutil, "renameat2"):
-            monkeypatch.setattr(fsutil, "renameat2", ReadOnlyAtPlacement().rename)
+        patch_os(monkeypatch, ReadOnlyAtPlacement())
+        monkeypatch.setattr(rename, "renameat2", ReadOnlyAtPlacement().rename)
 
     monkeypatch.setattr(build, "write_tarball", then_read_only)
     res = run_cli("build", "--no-wheels", "-o", out, "--force")
@@ -486,9 +535,9 @@ def test_case_7_a_log_inside_out_is_refused_before_any_work(tiny_model_dir, tmp_
 
 # -- end to end: quantize --force killed inside its placement ----------------------------------------------------
 
-QUANTIZE_KILLED = textwrap.dedent("""
+QUANTIZE_KILLED = MODULES + textwrap.dedent("""
     import errno, os, sys
-    import soarpack.fsutil as f
+    from soarpack.placement import rename as f
 
     real = f.renameat2
     def renameat2(src, dst, flags):
@@ -512,7 +561,9 @@ QUANTIZE_KILLED = textwrap.dedent("""
                 return rename
             return getattr(os, name)
     if os.environ["MODE"] == "journal":
-        f.os = Seam()
+        for module in MODULES:
+            if hasattr(module, "os"):
+                module.os = Seam()
     from soarpack.cli import main
     main(sys.argv[1:])
 """)
@@ -569,7 +620,7 @@ def test_in_place_apply_refused_midway_at_the_seam_changes_nothing(tmp_path, mon
                 return real(*a, **k)
             return rename
 
-    monkeypatch.setattr(fsutil, "os", RefusesTheThirdRename())
+    patch_os(monkeypatch, RefusesTheThirdRename())
     with pytest.raises(PatchError, match="Read-only file system; nothing was changed"):
         apply_patches(fork, fork, verify_compile=False)
     monkeypatch.undo()

@@ -77,7 +77,7 @@ def test_version_and_help():
 
 
 def test_every_tokenizer_loader_gives_the_same_tokens(tiny_model_dir, tmp_path):
-    from soarpack.bench.tokenizer import load_tokenizer as bench_loader
+    from soarpack.measure.tokenizer import load_tokenizer as bench_loader
     from soarpack.errors import InputDataError
 
     text = "the needle is in the seventh castle"

@@ -95,9 +95,11 @@ def test_launch_command_is_the_platforms():
 
 
 def test_gate_margin_is_measured_from_the_79_2_cliff():
-    assert S.c_cliff_ori() == 79.2
-    assert "expected C = 1.0" in S.gate_line(80.0, 100) and "margin +0.80 points" in S.gate_line(80.0, 100)
-    assert "expected C = 0.96" in S.gate_line(79.0, 100) and "margin -0.20 points" in S.gate_line(79.0, 100)
+    from soarpack.measure.scoring import full_credit_ori, gate_line
+
+    assert full_credit_ori() == 79.2
+    assert "expected C = 1.0" in gate_line(80.0, 100) and "margin +0.80 points" in gate_line(80.0, 100)
+    assert "expected C = 0.96" in gate_line(79.0, 100) and "margin -0.20 points" in gate_line(79.0, 100)
 
 
 def test_stratified_slice_takes_the_first_rows_of_each_task():
@@ -142,7 +144,7 @@ def test_max_tokens_caps_the_eval_and_the_bench_and_says_the_accuracy_is_not_the
     assert result.gate.endswith("(answers cut at 8 tokens by --max-tokens: not the platform's accuracy)"), result.gate
     assert "answers cut at 8 tokens" in result.report["eval"].detail and "not the platform's accuracy" in \
         result.report["eval"].detail
-    from soarpack.bench.tokenizer import load_tokenizer
+    from soarpack.measure.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     speed = [json.loads(line) for line in (out / "speed-short.jsonl").read_text().splitlines()]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from soarpack.bench.compare import load_runs, render, score_runs
-from soarpack.bench.competition import final_score
-from soarpack.bench.evaluate import EvalConfig, run_eval
-from soarpack.bench.scoring import c_factor
+from soarpack.measure.compare import load_runs, render, score_runs
+from soarpack.measure.competition import final_score
+from soarpack.measure.evaluate import EvalConfig, run_eval
+from soarpack.measure.scoring import c_factor
 from soarpack.bundle import layout
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.manifest import MANIFEST_NAME, consistency_problems, parse_manifest

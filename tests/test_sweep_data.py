@@ -19,14 +19,14 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang, GenerateScript
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.speed import BenchConfig, partial_path, run_bench
+from soarpack.measure.speed import BenchConfig, partial_path, run_bench
 from soarpack.bundle import secrets
 from soarpack.bundle.build import build_bundle
 from soarpack.bundle.secrets import CredentialError, find_secret, find_secret_in_stream, scan_tree
 from soarpack.bundle.wheels import make_pure_wheel
 from soarpack.cli import app
 from soarpack.errors import InputDataError
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 from soarpack.quant.calib import read_examples
 from soarpack.serve.lint import lint_args
 
@@ -67,12 +67,12 @@ def tokenizer_dir(tmp_path_factory):
 @pytest.fixture
 def read_only(monkeypatch):
     """A read-only mount, as the probe of ensure_writable_output meets it (tests run as root: chmod cannot)."""
-    import soarpack.fsutil as fsutil
+    import soarpack.placement.checks as checks
 
     def refuse(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(fsutil.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(checks.tempfile, "mkstemp", refuse)
 
 
 # -- 24: rich markup ---------------------------------------------------------------------------------------------
@@ -381,9 +381,9 @@ def test_row_108_eval_output_a_directory_or_read_only_is_refused_before_any_requ
         (tmp_path / "adir").mkdir()  # (tmp_path itself holds the data: that is refused as containing an input)
         result = run_cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "adir")
         assert_bad_input(result, "is a directory")
-        import soarpack.fsutil as fsutil
+        import soarpack.placement.checks as checks
 
-        monkeypatch.setattr(fsutil.tempfile, "mkstemp", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")))
+        monkeypatch.setattr(checks.tempfile, "mkstemp", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")))
         result = run_cli("eval", "--api-base", server.url, "--data", data, "-o", tmp_path / "e.json")
         assert_bad_input(result, "e.json", "Read-only")
         assert server.chat_bodies == []

@@ -28,7 +28,7 @@ from soarpack.bundle.build import build_bundle
 from soarpack.bundle.tarpack import MAX_ENTRIES, UnsafeArchiveError, pack_tree, safe_extract
 from soarpack.cli import app
 from tar_helpers import write_tar
-from soarpack.fsutil import INCOMPLETE_MARKER, read_incomplete_marker
+from soarpack.placement.owner import INCOMPLETE_MARKER, read_incomplete_marker
 
 REPO = Path(__file__).resolve().parent.parent
 QUANT_FAST = ["--rows", "4", "--max-len", "128", "--device", "cpu", "--no-report"]
@@ -121,7 +121,7 @@ def test_row_031_quantize_out_parent_of_model(tiny_model_dir, tmp_path):
 def test_row_034_a_new_output_inside_the_model_stays_allowed(tmp_path):
     """OK row kept OK (quantize's check phase): `quantize tin tin/quant` writes a new folder inside the input; with
     --force over an existing, non-empty tin/quant it would delete part of the input, so that is refused."""
-    from soarpack.fsutil import prepare_output_dir
+    from soarpack.placement.write import prepare_output_dir
 
     tin = tmp_path / "tin"
     tin.mkdir()
@@ -222,7 +222,7 @@ def test_row_147_sigkill_in_verify_with_force_keeps_the_old_output(killed_in_ver
 
 
 def _killed_atomic_dir(target: Path) -> None:
-    code = ("import os, signal, sys\nfrom soarpack.fsutil import atomic_dir\n"
+    code = ("import os, signal, sys\nfrom soarpack.placement.write import atomic_dir\n"
             "with atomic_dir(sys.argv[1], force=True) as tmp:\n"
             "    (tmp / 'model.safetensors').write_bytes(b'x' * 100)\n    os.kill(os.getpid(), signal.SIGKILL)\n")
     subprocess.run([sys.executable, "-c", code, str(target)], env=dict(os.environ, PYTHONPATH=str(REPO)), check=False)
@@ -230,7 +230,7 @@ def _killed_atomic_dir(target: Path) -> None:
 
 def test_row_148_rerun_removes_stale_temp_folders_of_dead_owners_only(tiny_model_dir, tmp_path):
     out = tmp_path / "q"
-    live_code = ("import sys, time\nfrom soarpack.fsutil import atomic_dir\n"
+    live_code = ("import sys, time\nfrom soarpack.placement.write import atomic_dir\n"
                  "with atomic_dir(sys.argv[1], force=True) as tmp:\n    print(tmp, flush=True)\n    time.sleep(120)\n")
     live = subprocess.Popen([sys.executable, "-c", live_code, str(out)], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))

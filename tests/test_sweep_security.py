@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import MAX_HOLD_S, ChatReply, FakeSGLang, GenerateScript
 from tiny_tokenizer import make_tiny_tokenizer
-from soarpack.bench.client import make_client, stream_generate
-from soarpack.bench.evaluate import EvalConfig, run_eval
-from soarpack.bench.speed import BenchConfig, run_bench
+from soarpack.measure.client import make_client, stream_generate
+from soarpack.measure.evaluate import EvalConfig, run_eval
+from soarpack.measure.speed import BenchConfig, run_bench
 from soarpack.bundle.build import build_bundle
 from soarpack.rehearse.check import check_bundle
 from soarpack.steps import FAIL
@@ -208,7 +208,7 @@ def test_case_2_a_named_folder_runs_no_code_without_the_flag(tmp_path):
 
 def test_case_2_remote_code_runs_only_with_the_users_flag(tmp_path):
     """The control: the same folder with --trust-remote-code does import its code (so the marker can appear)."""
-    from soarpack.bench.tokenizer import load_tokenizer
+    from soarpack.measure.tokenizer import load_tokenizer
 
     marker = tmp_path / "MARKER"
     folder = _folder_with_tokenizer_code(tmp_path / "trusted", marker)
@@ -380,7 +380,7 @@ def test_case_4_a_slow_stream_is_cut_at_the_bench_deadline(tmp_path, tokenizer_d
 
 
 def test_case_4_bodies_lines_and_ids_are_bounded(tmp_path, monkeypatch, tokenizer_dir):
-    from soarpack.bench import client
+    from soarpack.measure import client
 
     monkeypatch.setattr(client, "MAX_REPLY_BYTES", 1024)
     monkeypatch.setattr(client, "MAX_LINE_BYTES", 1024)

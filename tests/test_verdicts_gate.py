@@ -7,11 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.serve.fake_server import ChatReply, FakeSGLang
-from soarpack.bench.compare import load_runs
-from soarpack.bench.evaluate import EvalConfig, run_eval
-from soarpack.bench.scoring import full_credit_ori, gate_of_records, gate_of_total, ori_interval
+from soarpack.measure.compare import load_runs
+from soarpack.measure.evaluate import EvalConfig, run_eval
+from soarpack.measure.scoring import full_credit_ori, gate_line, gate_of_records, gate_of_total, ori_interval
 from soarpack.cli import app
-from soarpack.serve.server import gate_line
 
 TASKS = ("mcq", "niah", "qa", "fwe", "cwe")
 

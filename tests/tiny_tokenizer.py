@@ -14,7 +14,7 @@ def make_tiny_tokenizer(out_dir, text: str = "", eos_ids=(2,)) -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from soarpack.bench.speedset import BUILTIN_TEXT
+    from soarpack.measure.speedset import BUILTIN_TEXT
 
     specials = ["<unk>", "<s>", "</s>", "<|im_end|>"]
     words = sorted(set((text + " " + BUILTIN_TEXT).split()) | {"tok"})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from soarpack.bench.speedset import BUILTIN_TEXT  # noqa: E402
+from soarpack.measure.speedset import BUILTIN_TEXT  # noqa: E402
 
 TASKS = ("mcq", "niah", "qa", "lcx", "cwe", "fwe")
 

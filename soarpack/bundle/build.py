@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-import soarpack
+from soarpack.version import __version__
 from soarpack.bundle import layout
 from soarpack.bundle.manifest import MANIFEST_NAME, parse_manifest, render_bundle_env, render_manifest
 from soarpack.bundle.risks import evidence_record, manifest_risks
@@ -32,7 +32,8 @@ from soarpack.bundle.secrets import check_input_names, scan_tree
 from soarpack.bundle.tarpack import write_tarball
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.facts import image
-from soarpack.fsutil import atomic_write_json, atomic_write_text, ensure_writable_output, placing
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json, atomic_write_text, placing
 from soarpack.recipe.files import Located, locate
 from soarpack.steps import Event, EventCallback, Runner, no_events, step
 
@@ -52,7 +53,7 @@ class BuildResult:
     id: str  # the bundle's identity (soarpack.bundle.manifest.Manifest.id)
     warnings: List[str] = field(default_factory=list)
     risks: List[Any] = field(default_factory=list)  # soarpack.bundle.risks.Risk: what the verdicts will say
-    placed: str = "created"  # or "replaced", or "up-to-date": these very bytes were already there (fsutil.place)
+    placed: str = "created"  # or "replaced", or "up-to-date": these very bytes were already there (placement.place)
 
     def to_dict(self) -> Dict[str, Any]:
         m = {k: v for k, v in self.manifest.items() if k != "files"}
@@ -391,7 +392,7 @@ def write_manifest(b: Build) -> None:
     prof, rec = b.profile, b.recipe
     calib_names, held_out_names, calib_origin = b.calibration
     meta = {
-        "soarpack_version": soarpack.__version__,
+        "soarpack_version": __version__,
         "profile": {"name": prof.name, "args": list(prof.args), "args_string": prof.args_string(),
                     "patches": list(prof.patches), "fallback": prof.fallback,
                     "fallback_args": (b.fallback or prof).args_string()},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import soarpack
 from soarpack.facts import limits
 
 PREPARE_ENV = "prepare_env.sh"
@@ -23,7 +22,7 @@ REQUIRED = (*SCRIPTS, BUNDLE_ENV, "MANIFEST.json", f"{SRC_DIR}/soarpack/__init__
 MAX_BYTES = limits.UPLOAD_MAX_BYTES
 WARN_BYTES = int(MAX_BYTES * limits.UPLOAD_WARN_FRACTION)
 
-PACKAGE_DIR = Path(soarpack.__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # soarpack/, this file being soarpack/bundle/layout.py
 REPO_DIR = PACKAGE_DIR.parent  # a checkout: holds the entry scripts, pyproject.toml and sglang/
 
 

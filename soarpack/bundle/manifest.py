@@ -21,10 +21,10 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field
 
-from soarpack import __version__
+from soarpack.version import __version__
 from soarpack.bundle.tarpack import iter_tree
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 from soarpack.recipe.files import Located
 from soarpack.schema import StrictModel, validated
 

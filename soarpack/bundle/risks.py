@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from soarpack.bench.scoring import c_factor, full_credit_ori, overall_accuracy
+from soarpack.measure.scoring import c_factor, full_credit_ori, overall_accuracy
 from soarpack.errors import ConfigError
 from soarpack.evidence import Evidence
 from soarpack.quant.calibinfo import MIN_PUBLIC_TASKS, PUBLIC_TASKS, public_tasks_covered, where_from

@@ -514,7 +514,7 @@ def locked_wheel_digests() -> FrozenSet[str]:
 
 
 def _is_locked_wheel(path: Path) -> bool:
-    from soarpack.fsutil import sha256_file
+    from soarpack.placement.content import sha256_file
 
     return path.name.endswith(".whl") and sha256_file(path) in locked_wheel_digests()
 

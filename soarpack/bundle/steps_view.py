@@ -112,8 +112,8 @@ def quantize_line(manifest: Dict[str, Any]) -> List[str]:
 
 
 def platform_steps(path: str | Path) -> Dict[str, Any]:
-    from soarpack.bench.evaluate import PLATFORM_MAX_TOKENS, PLATFORM_TIMEOUT_S
-    from soarpack.bench.speed import TIER_CONCURRENCY
+    from soarpack.measure.evaluate import PLATFORM_MAX_TOKENS, PLATFORM_TIMEOUT_S
+    from soarpack.measure.speed import TIER_CONCURRENCY
     from soarpack.serve.server import PLATFORM_PORT, READY_TIMEOUT_S, launch_command
 
     path = Path(path)

@@ -16,7 +16,7 @@ from soarpack.bundle.risks import manifest_risks
 from soarpack.bundle.tarpack import UnsafeArchiveError, member_problem, require_gzip
 from soarpack.errors import SoarpackError
 from soarpack.quant.calib import count_rows
-from soarpack.fsutil import sha256_file
+from soarpack.placement.content import sha256_file
 
 MAX_MEMBER_BYTES = 64 * 2**20  # MANIFEST.json is a few kB; a calibration file a few MB
 

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import atomic_file
+from soarpack.placement.write import atomic_file
 
 # 2020-01-01T00:00:00Z: a fixed, non-zero mtime (some tools treat 0 as "unknown").
 FIXED_MTIME = 1577836800

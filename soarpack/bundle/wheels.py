@@ -28,7 +28,8 @@ from typing import Callable, Iterable, List, Optional, Sequence
 from soarpack import cachelock
 from soarpack.errors import SoarpackError
 from soarpack.facts import engine as engine_facts, image
-from soarpack.fsutil import atomic_write_json, sha256_file
+from soarpack.placement.content import sha256_file
+from soarpack.placement.write import atomic_write_json
 from soarpack.imagestack import cache_root, find_python310, make_cache_dir  # noqa: F401 - find_python310 is used here and by callers
 from soarpack.steps import EventCallback, lines_to, no_events
 
@@ -275,7 +276,7 @@ def build_sdist_wheels(builder: str, sdists: Sequence[LockedWheel], cache: Path,
 def normalize_wheel(src: Path, dest: Path) -> Path:
     """Rewrite a wheel deterministically: members sorted (.dist-info last), fixed timestamps and permissions
     (0644, 0755 for executables), RECORD regenerated from the bytes written."""
-    from soarpack.fsutil import atomic_file
+    from soarpack.placement.write import atomic_file
 
     with zipfile.ZipFile(src) as zf:
         infos = [i for i in zf.infolist() if not i.is_dir()]

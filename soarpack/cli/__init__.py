@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from soarpack import __version__
+from soarpack.version import __version__
 from soarpack.errors import ConfigError, SoarpackError
 from soarpack.printable import printable
 from soarpack.cli.helpformat import SoarpackCommand, SoarpackGroup

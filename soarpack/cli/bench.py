@@ -149,7 +149,7 @@ def eval_cmd(
     from rich.markup import escape
 
     from soarpack import api
-    from soarpack.bench.render import print_eval
+    from soarpack.measure.render import print_eval
 
     model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
@@ -170,7 +170,7 @@ def eval_cmd(
     print_eval(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
     if sink(as_json).json:
-        from soarpack.bench.compare import eval_gate
+        from soarpack.measure.compare import eval_gate
 
         typer.echo(json.dumps({**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()},
                               indent=2))
@@ -227,8 +227,8 @@ def bench_cmd(
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack import api
-    from soarpack.bench.render import print_bench
-    from soarpack.bench.speed import partial_path
+    from soarpack.measure.render import print_bench
+    from soarpack.measure.speed import partial_path
 
     model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
     rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
@@ -318,10 +318,11 @@ def speedset_cmd(
     \b
       soarpack speedset --model-dir Q -n 16 --mix long-128k -o speed-long.jsonl
     """
-    from soarpack.bench import speedset as ss
-    from soarpack.bench.render import print_speedset
-    from soarpack.bench.tokenizer import load_tokenizer
-    from soarpack.fsutil import ensure_writable_output, place_bytes
+    from soarpack.measure import speedset as ss
+    from soarpack.measure.render import print_speedset
+    from soarpack.measure.tokenizer import load_tokenizer
+    from soarpack.placement.checks import ensure_writable_output
+    from soarpack.placement.write import place_bytes
 
     model_dir = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
     buckets = ss.load_mix(mix)
@@ -331,7 +332,7 @@ def speedset_cmd(
     table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     # An existing file with other rows needs --force, the same rows are up to date: decided when it is placed.
     placed = place_bytes(output, ss.jsonl_text(table_rows).encode("utf-8"), force=force, inputs=inputs,
-                         what="speedset output")
+                         what="speedset output", log=sink(as_json).note)
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
     print_speedset(_table_console(sink(as_json).json), buckets, hist, summary)
@@ -368,7 +369,7 @@ def score_cmd(
         --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS
     """
     from soarpack import api
-    from soarpack.bench.render import print_score
+    from soarpack.measure.render import print_score
 
     result = api.score(ours=ours, eval=eval_json, best=best, best_s1=best_s1, best_s8=best_s8,
                        best_smax=best_smax).to_dict()

@@ -14,7 +14,7 @@ from soarpack.printable import printable
 
 def render(diagnosis) -> List[str]:
     """The human report (soarpack.diagnose.report): its lines are already printable."""
-    from soarpack.diagnose.report import render as report_lines
+    from soarpack.diagnosis.report import render as report_lines
 
     return report_lines(diagnosis)
 
@@ -22,7 +22,7 @@ def render(diagnosis) -> List[str]:
 def _print_catalogue(as_json: bool) -> None:
     from dataclasses import asdict
 
-    from soarpack.diagnose.catalogue import load_catalogue
+    from soarpack.diagnosis.catalogue import load_catalogue
 
     entries = load_catalogue()
     if sink(as_json).json:

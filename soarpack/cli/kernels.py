@@ -39,7 +39,7 @@ def kernels(
     from soarpack.cli import UsageError, renamed
 
     out = renamed(out, old_out, "--output", "--out")
-    from soarpack.fsutil import atomic_write_json
+    from soarpack.placement.write import atomic_write_json
     from soarpack.kernels.measure import M_DEFAULT, render_text, run_kernels
 
     try:

@@ -85,6 +85,11 @@ class Sink:
             return
         self.console.print(f"[yellow]{prefix}:[/] {escape(printable(message))}", highlight=False, soft_wrap=True)
 
+    def note(self, message: str) -> None:
+        """A library's `log` line (what cleaning up after a killed run did, say) as `note: MESSAGE`, but in JSON."""
+        if not self.json:
+            self.console.print(f"note: {escape(printable(message))}", highlight=False, soft_wrap=True)
+
     def event(self, event: Event) -> None:
         """Render one library event on stderr."""
         if event.kind == "problem":

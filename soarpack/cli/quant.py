@@ -218,7 +218,8 @@ def calib_cmd(
 
     Example: soarpack calib mine.jsonl --model-dir MiniCPM-SALA -n 256
     """
-    from soarpack.fsutil import ensure_writable_output, place_bytes
+    from soarpack.placement.checks import ensure_writable_output
+    from soarpack.placement.write import place_bytes
     from soarpack.quant.calib import build_calibration, builtin_calibration_text, summarize
 
     tokenizer = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
@@ -248,7 +249,7 @@ def calib_cmd(
     where = where_from(summary["sources"], summary["builtin"])
     if write_builtin:
         placed = place_bytes(write_builtin, builtin_calibration_text(rows, seed, max_len).encode("utf-8"),
-                             force=force, inputs=inputs, what="--write-builtin")
+                             force=force, inputs=inputs, what="--write-builtin", log=sink(as_json).note)
         typer.echo(placed.says(), err=True)
     if sink(as_json).json:
         typer.echo(json.dumps(summary, indent=2))

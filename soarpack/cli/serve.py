@@ -63,7 +63,7 @@ def sglang_check(
 
     src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
 
-    report = check_tree(src, patch or None)
+    report = check_tree(src, patch or None, log=sink(as_json).note)
     if sink(as_json).json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -97,7 +97,7 @@ def sglang_apply(
     src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
     out = required(renamed(out, old_out, "--output", "--out"), "--output")
 
-    report = apply_patches(src, out, patch or None, force=force)
+    report = apply_patches(src, out, patch or None, force=force, log=sink(as_json).note)
     if sink(as_json).json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:

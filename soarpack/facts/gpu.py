@@ -3,7 +3,6 @@ a CPU: the fork check's torch.cuda, Triton driver and Marlin capability check.""
 
 NAME = "NVIDIA RTX PRO 6000 Blackwell (soarpack stand-in)"
 CAPABILITY = (12, 0)
-ARCH = "sm_120"
 TOTAL_MEMORY_BYTES = 96 * 1024**3
 MULTIPROCESSORS = 188
 L2_CACHE_BYTES = 128 * 1024**2

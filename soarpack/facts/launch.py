@@ -36,11 +36,6 @@ def server_argv(model_path: str, server_args: "list[str] | tuple[str, ...]", por
     return [*leading_args(model_path, port), *server_args, *TRAILING_ARGS]
 
 
-def shell_line(model_path: str = "Q") -> str:
-    """The launch line as a shell command, for help texts."""
-    return " ".join(["python -m", MODULE, *leading_args(model_path), "$SGLANG_SERVER_ARGS", *TRAILING_ARGS])
-
-
 def overrides_phrase() -> str:
     """'--max-running-requests 32, --tp-size 1, --port, --model-path' for messages."""
     values = {MAX_RUNNING_FLAG: str(MAX_RUNNING_REQUESTS), TP_SIZE_FLAG: str(TP_SIZE)}

@@ -495,7 +495,7 @@ def write_builtin_calibration(path: str | Path, n: int, seed: int, max_len: int 
     """Write the built-in prompts as a SOAR-format JSONL (what a bundle ships): exactly the rows a local run with
     the same settings generates; `held_out` writes the held-out stream instead. `asked`: who asked for `n` rows,
     as a refusal names it."""
-    from soarpack.fsutil import atomic_write_text
+    from soarpack.placement.write import atomic_write_text
 
     return atomic_write_text(path, builtin_calibration_text(n, seed, max_len, held_out=held_out, asked=asked))
 

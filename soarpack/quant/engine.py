@@ -74,7 +74,7 @@ def quantizer() -> List[str]:
     """Who wrote a checkpoint, for its quantization_config's meta.quantizer: soarpack and the installed GPTQModel."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from soarpack import __version__
+    from soarpack.version import __version__
 
     try:
         engine = f"gptqmodel:{version('gptqmodel')}"

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, Optional
 import torch
 
 from soarpack.errors import ConfigError
-from soarpack.fsutil import atomic_write_json, atomic_write_text
+from soarpack.placement.write import atomic_write_json, atomic_write_text
 from soarpack.quant.gptq_format import QUANT_PARTS
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")

@@ -113,7 +113,7 @@ class RunOutput:
 @contextlib.contextmanager
 def run_output(log_file: Optional[Path], on_event: Optional[EventCallback],
                capture: bool = False) -> Iterator[RunOutput]:
-    from soarpack.fsutil import is_disk_full
+    from soarpack.placement.checks import is_disk_full
     from soarpack.quant.capture import library_output_to
 
     stack = contextlib.ExitStack()
@@ -164,7 +164,7 @@ def run_output(log_file: Optional[Path], on_event: Optional[EventCallback],
 
 def disk_full_cause(exc: BaseException) -> Optional[BaseException]:
     """The exception, or one it was raised from or during, that says the disk is full; None when none does."""
-    from soarpack.fsutil import is_disk_full
+    from soarpack.placement.checks import is_disk_full
 
     seen = 0
     while exc is not None and seen < 16:

@@ -129,7 +129,7 @@ class Quantization:
     inputs: List[Path]
     lines: Lines
     stack: contextlib.ExitStack  # what lasts to the end of the run: the warm-ups' last lines, the GLA backend
-    placing: contextlib.ExitStack  # the output's temp folder (soarpack.fsutil.atomic_dir): placed when it closes
+    placing: contextlib.ExitStack  # the output's temp folder (soarpack.placement.write.atomic_dir): placed when it closes
     run: Optional[Run] = None
     warmups: Any = None
     data: Optional[CalibrationData] = None
@@ -146,7 +146,8 @@ class Quantization:
 def quantize(model_dir: str | os.PathLike, out_dir: str | os.PathLike, opts: Optional[QuantizeOptions] = None,
              on_event: Optional[EventCallback] = None) -> QuantizeResult:
     """Quantize `model_dir` into `out_dir` (written atomically). See the module docstring for the phases."""
-    from soarpack.fsutil import atomic_write_json, ensure_writable_output
+    from soarpack.placement.checks import ensure_writable_output
+    from soarpack.placement.write import atomic_write_json
 
     opts = opts or QuantizeOptions()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -248,7 +249,7 @@ def gptq_phase(q: Quantization) -> None:
 
 @phase("save", needs=["gptq"])
 def save_phase(q: Quantization) -> None:
-    from soarpack.fsutil import atomic_dir
+    from soarpack.placement.write import atomic_dir
 
     q.tmp = q.placing.enter_context(atomic_dir(q.out_dir, force=q.opts.force, inputs=q.inputs,
                                                log=lambda m: q.lines.note("save", m)))
@@ -296,7 +297,7 @@ def check_out_is_not_here(out_dir: Path) -> None:
 
 def check_inputs(model_dir: Path, out_dir: Path, inputs: List[Path], opts: QuantizeOptions, log: Lines) -> Run:
     """Every refusal that needs no calibration and no weights: config, recipe against it, settings, output, engine."""
-    from soarpack.fsutil import prepare_output_dir
+    from soarpack.placement.write import prepare_output_dir
     from soarpack.quant import engine
     from soarpack.quant.calib import check_max_len
     from soarpack.recipe.model import load_recipe
@@ -488,7 +489,7 @@ def report_settings(opts: QuantizeOptions) -> Dict[str, Any]:
 def library_versions() -> Dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from soarpack import __version__
+    from soarpack.version import __version__
 
     found = {"soarpack": __version__, "python": sys.version.split()[0]}
     for name in ("torch", "gptqmodel", "transformers", "safetensors", "triton", "fla-core", "flash-linear-attention"):

@@ -19,7 +19,9 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from soarpack.errors import SoarpackError
-from soarpack.fsutil import INCOMPLETE_MARKER, sha256_file, temp_owner
+from soarpack.placement.content import sha256_file
+from soarpack.placement.locks import temp_owner
+from soarpack.placement.owner import INCOMPLETE_MARKER
 from soarpack.quant.gptq_format import QUANT_PARTS, dequantize, unpack_cols
 from soarpack.recipe.checkpoint import base_grid
 from soarpack.recipe.plan import (MARLIN_BITS, MARLIN_GROUP_SIZES, MARLIN_IN_MULTIPLE, MARLIN_OUT_MULTIPLE,

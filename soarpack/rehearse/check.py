@@ -527,7 +527,7 @@ def check_bundle(bundle: os.PathLike, *, rehearse: bool = True, sglang_src: Opti
         except OSError as exc:
             raise SoarpackError(f"--keep {work} cannot be created ({exc.strerror or exc})",
                                 "pass a folder on a writable disk to --keep, or leave --keep out") from None
-        from soarpack.fsutil import ensure_writable_output
+        from soarpack.placement.checks import ensure_writable_output
 
         ensure_writable_output(work / "bundle", what="--keep folder")
     from soarpack.bundle.risks import check_accepted

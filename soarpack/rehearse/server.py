@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Optional
 
 from soarpack.errors import ConfigError
 from soarpack.facts import limits
-from soarpack.serve.server import (PLATFORM_PORT, READY_TIMEOUT_S, Server, gate_line, launch_command, start_server,
-                                   terminate_raises)
+from soarpack.measure.scoring import gate_line
+from soarpack.serve.server import PLATFORM_PORT, READY_TIMEOUT_S, Server, launch_command, start_server, terminate_raises
 from soarpack.steps import Done, EventCallback, Runner, RunReport, StepFailed, lines_to, no_events, step
 
 
@@ -60,7 +60,7 @@ def server_start(s: Serving) -> Done:
 
 @step("eval", needs=["server start"])
 def evaluate(s: Serving) -> Done:
-    from soarpack.bench.evaluate import EvalConfig, run_eval
+    from soarpack.measure.evaluate import EvalConfig, run_eval
 
     cap = {} if s.max_tokens is None else {"max_tokens": s.max_tokens}
     cfg = EvalConfig(api_base=s.server.url, data=s.slice_path, output=s.out_dir / "eval.json", model_dir=s.ckpt,
@@ -77,7 +77,7 @@ def evaluate(s: Serving) -> Done:
 
 @step("bench", needs=["server start"])
 def bench(s: Serving) -> Done:
-    from soarpack.bench.speed import BenchConfig, run_bench
+    from soarpack.measure.speed import BenchConfig, run_bench
 
     s.bench = run_bench(BenchConfig(api_base=s.server.url, tiers={t: s.speed_path for t in ("s1", "s8", "smax")},
                                     model_dir=s.ckpt, output=s.out_dir / "bench.json"))
@@ -108,8 +108,8 @@ def server_stop(s: Serving) -> Done:
 
 @step("score", needs=["eval", "bench"], gates=True)
 def score(s: Serving) -> Done:
-    from soarpack.bench.competition import final_score
-    from soarpack.fsutil import atomic_write_json
+    from soarpack.measure.competition import final_score
+    from soarpack.placement.write import atomic_write_json
 
     durations = {name: float(t["duration_s"]) for name, t in s.bench.get("tiers", {}).items()}
     # Speed against this run itself (S = 100 per tier): a short bench is no match for the platform's best.
@@ -159,7 +159,7 @@ def check_settings(*, port: int, per_task: int, bench_rows: int, ready_timeout_s
                    max_tokens: Optional[int]) -> None:
     """Every setting, before anything is read, started or written: a NaN wait would never end, and the short
     bench's answers cannot be shorter than the speed set's shortest (bench_serving drops rows under 2 tokens)."""
-    from soarpack.bench.speedset import MIN_TOKENS
+    from soarpack.measure.speedset import MIN_TOKENS
     from soarpack.serve.server import check_port, check_wait
 
     check_port(port)
@@ -183,9 +183,9 @@ def rehearse_server(ckpt: os.PathLike, profile: str, data: os.PathLike, out_dir:
 
     `max_tokens` caps every answer, the eval's and the short bench's: a random-weight model never stops early, so a
     rehearsal of the steps on one fits a short GPU lease; its accuracy then says nothing about the platform's."""
-    from soarpack.bench import speedset as ss
-    from soarpack.bench.evaluate import load_eval_rows
-    from soarpack.bench.tokenizer import load_tokenizer
+    from soarpack.measure import speedset as ss
+    from soarpack.measure.evaluate import load_eval_rows
+    from soarpack.measure.tokenizer import load_tokenizer
     from soarpack.recipe.profile import load_profile
     from soarpack.serve.server import stratified_slice
 

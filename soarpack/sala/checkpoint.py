@@ -17,7 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from soarpack.errors import CheckpointError
-from soarpack.fsutil import atomic_write_json, is_disk_full
+from soarpack.placement.checks import is_disk_full
+from soarpack.placement.write import atomic_write_json
 from soarpack.sala.config import SalaConfig, load_config
 
 if TYPE_CHECKING:

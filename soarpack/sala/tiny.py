@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 
 from soarpack.errors import ConfigError
-from soarpack.fsutil import atomic_dir
+from soarpack.placement.write import atomic_dir
 from soarpack.sala.chat import CHAT_TEMPLATE
 from soarpack.sala.config import LIGHTNING, SPARSE, SalaConfig
 from soarpack.sala.checkpoint import save_state_dict

@@ -20,8 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from soarpack import fsutil
 from soarpack.errors import ConfigError, SoarpackError
+from soarpack.placement.cleanup import Log, remove_stale_temps, silent
+from soarpack.placement.content import sha256_file
+from soarpack.placement.journal import replace_files
+from soarpack.placement.write import atomic_dir, atomic_write_json, prepare_output_dir
 from soarpack.serve.unidiff import FileDiff, HunkResult, apply_file_diff, read_patch
 
 HASHES_FILE = "fork-hashes.json"
@@ -239,7 +242,7 @@ def _known_hashes(directory: Path) -> Dict[str, Dict[str, Dict[str, str]]]:
 
 def _identify(root: Path, directory: Path, touched: Sequence[str]) -> tuple:
     commits = _known_hashes(directory)
-    actual = {f: (fsutil.sha256_file(root / f) if (root / f).is_file() else None) for f in touched}
+    actual = {f: (sha256_file(root / f) if (root / f).is_file() else None) for f in touched}
     for commit, states in commits.items():
         for state in ("pristine", "patched"):
             want = states.get(state, {})
@@ -270,10 +273,11 @@ def _touched(patches: Sequence[Patch]) -> List[str]:
     return seen
 
 
-def check_tree(src: os.PathLike, names: Optional[Iterable[str]] = None) -> TreeReport:
-    """Which patches apply / are applied / fail on `src`, and which fork commit its touched files match."""
+def check_tree(src: os.PathLike, names: Optional[Iterable[str]] = None, *, log: Log = silent) -> TreeReport:
+    """Which patches apply / are applied / fail on `src`, and which fork commit its touched files match. An in-place
+    apply that was killed is rolled back first, and said to `log`."""
     root = resolve_src(src)
-    fsutil.remove_stale_temps(root, fsutil.note_line)  # an in-place apply that was killed is rolled back first
+    remove_stale_temps(root, log)
     directory = patch_dir()
     patches = select_patches(names, directory)
     statuses, _ = _run(root, patches)
@@ -304,19 +308,21 @@ def apply_patches(
     *,
     force: bool = False,
     verify_compile: bool = True,
+    log: Log = silent,
 ) -> TreeReport:
     """Copy `src` to `out` with the patches applied, atomically; `out == src` patches in place.
 
     Every hunk is checked in memory before anything is written: a tree where any patch fails raises PatchError
     naming the file and line, and leaves `out` (or `src`) untouched. Already-applied patches are skipped.
     Every patched file must compile (verify_compile=False is for fixture trees made of code fragments).
+    What cleaning up after a killed run did (an in-place apply rolled back, a temp removed) is said to `log`.
     """
     root = resolve_src(src)
-    fsutil.remove_stale_temps(root, fsutil.note_line)  # an in-place apply that was killed is rolled back first
+    remove_stale_temps(root, log)  # an in-place apply that was killed is rolled back first
     out = Path(out)
     in_place = out.exists() and out.resolve() in (root.resolve(), Path(src).resolve())
     if not in_place:  # any other output lies outside the source: inside it would copy itself, around it replace it
-        fsutil.prepare_output_dir(out, force, inputs=[root])
+        prepare_output_dir(out, force, inputs=[root], log=log)
     directory = patch_dir()
     patches = select_patches(names, directory)
     statuses, texts = _run(root, patches)
@@ -332,12 +338,12 @@ def apply_patches(
             _compile_check(text, rel)
     if in_place:
         try:
-            fsutil.replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()}, beside=root)
+            replace_files({root / rel: text.encode("utf-8") for rel, text in changed.items()}, beside=root)
         except OSError as exc:
             raise PatchError(f"cannot replace {exc.filename or root}: {exc.strerror or exc}; nothing was changed",
                              "make the tree's files writable (permissions, chattr -i) and apply again") from None
         return report
-    with fsutil.atomic_dir(out, force=force, inputs=[root]) as tmp:
+    with atomic_dir(out, force=force, inputs=[root], log=log) as tmp:
         # An output inside the source (allowed while it replaces nothing) must not be copied into itself.
         own = {Path(os.path.realpath(p)) for p in (tmp, out, f"{tmp}.lock")}
 
@@ -383,10 +389,10 @@ def record_hashes(trees: Dict[str, os.PathLike], directory: Optional[Path] = Non
         if any(s.status != "apply" for s in statuses):
             raise PatchError(f"the patch set does not apply cleanly to the {commit} tree at {root}", "fix the patches first")
         commits[commit] = {
-            "pristine": {f: fsutil.sha256_file(root / f) for f in touched},
+            "pristine": {f: sha256_file(root / f) for f in touched},
             "patched": {f: hashlib.sha256(texts[f].encode("utf-8")).hexdigest() for f in touched},
         }
-    return fsutil.atomic_write_json(directory / HASHES_FILE, {"fork": "OpenBMB/sglang branch minicpm_sala (mirror tc-mb/sglang)", "commits": commits})
+    return atomic_write_json(directory / HASHES_FILE, {"fork": "OpenBMB/sglang branch minicpm_sala (mirror tc-mb/sglang)", "commits": commits})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

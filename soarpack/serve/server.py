@@ -1,8 +1,8 @@
-"""The platform's server, started as the platform starts it (SALA.md §1), and the accuracy gate's arithmetic.
+"""The platform's server, started as the platform starts it (SALA.md §1).
 
 `launch_command` / `start_server` start `python -m sglang.launch_server` on a checkpoint the way the platform does
-(SALA.md §1) and wait for /health; `gate_line` says C with its margin to the full-credit line
-(soarpack.facts.scoring). soarpack.rehearse.server runs the whole rehearsal as steps.
+(SALA.md §1) and wait for /health. soarpack.rehearse.server runs the whole rehearsal as steps; the accuracy gate's
+line is soarpack.measure.scoring.gate_line.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 
 from soarpack.errors import ConfigError, SoarpackError
-from soarpack.facts import launch, limits, scoring as platform_scoring
+from soarpack.facts import launch, limits
 from soarpack.steps import EventCallback, lines_to, no_events
 
 PLATFORM_PORT = launch.PORT
@@ -31,8 +31,6 @@ READY_TIMEOUT_S = limits.SERVER_READY_S
 STOP_GRACE_S = 30.0
 LOG_TAIL_LINES = 15
 PROGRESS_EVERY_S = 10.0
-# What the platform appends after SGLANG_SERVER_ARGS (SALA.md §1); flags after ours win.
-PLATFORM_TRAILING_ARGS = launch.TRAILING_ARGS
 # The platform's own SGLANG_SERVER_ARGS when a bundle exports none.
 PLATFORM_DEFAULT_ARGS = launch.DEFAULT_SERVER_ARGS
 # The platform's launch line as its shell runs it: SGLANG_SERVER_ARGS expanded unquoted, so it is split at
@@ -246,26 +244,6 @@ def terminate_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-# -- the accuracy gate ---------------------------------------------------------------------------------------
-
-
-def c_cliff_ori() -> float:
-    """The ori_accuracy above which C = 1 (derived in soarpack.facts.scoring from the baseline and C's steps)."""
-    return platform_scoring.FULL_CREDIT_ORI
-
-
-def gate_line(ori: float, rows: int, records: Optional[Sequence[dict]] = None) -> str:
-    """C, the margin to the cliff in points and the 95 % interval of a slice of `rows` rows: stratified by task
-    when the scored `records` are given, else binomial (soarpack.bench.scoring.Gate)."""
-    from soarpack.bench.scoring import c_factor, gate_of_records, gate_of_total, overall_accuracy
-
-    gate = gate_of_records(records) if records else gate_of_total(ori, rows)
-    how = "stratified by task" if gate.stratified else "binomial"
-    return (f"expected C = {c_factor(overall_accuracy(ori))}: ori_accuracy {ori:.2f}, margin {ori - gate.line:+.2f} "
-            f"points to the {gate.line:g} cliff (95% interval {gate.low:.2f}-{gate.high:.2f}, {how}, {gate.rows} rows: "
-            f"{gate.verdict}; identical BF16 runs vary by 2-3 points)")
 
 
 # -- the rehearsal -------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from soarpack import fsutil
+from soarpack.placement.write import atomic_write_json
 from soarpack.errors import ConfigError
 
 FLAGS_FILE = "server-args-flags.json"
@@ -106,7 +106,7 @@ def record_flags(server_args_py: os.PathLike, out: os.PathLike, source: str) -> 
         name: {"takes_value": s.takes_value, **({"choices": list(s.choices)} if s.choices else {}), **({"canonical": s.canonical} if s.canonical else {})}
         for name, s in sorted(flags.items())
     }
-    return fsutil.atomic_write_json(out, {"source": source, "flags": table})
+    return atomic_write_json(out, {"source": source, "flags": table})
 
 
 def split_args(args) -> List[str]:

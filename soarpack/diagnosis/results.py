@@ -1,6 +1,6 @@
 """soarpack's eval and bench results read for what went wrong, per task (eval) or per tier (bench).
 
-An eval result (soarpack/bench/evaluate.py) holds one record per row: task, prediction, output_tokens, error. Three
+An eval result (soarpack/measure/evaluate.py) holds one record per row: task, prediction, output_tokens, error. Three
 things are flagged: rows that ran to max_tokens and end in a repeated tail (repetition collapse), rows answered
 with an empty prediction (as the platform scores it: the text after the last </think>), and rows whose request
 failed (HTTP errors, timeouts, malformed replies). A bench result's tiers are flagged for failed requests.
@@ -13,15 +13,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
-from soarpack.bench.scoring import final_answer
-from soarpack.diagnose.inputs import Input
-from soarpack.diagnose.scan import Finding
+from soarpack.measure.scoring import final_answer
+from soarpack.diagnosis.inputs import Input
+from soarpack.diagnosis.scan import Finding
 
 TAIL_CHARS = 4000  # how much of an answer's end is searched for a loop
 MAX_PERIOD = 600  # the longest repeated unit looked for, in characters
 MIN_REPEATS = 3
 MIN_LOOP_CHARS = 200  # a loop must cover at least this much of the tail
-EXAMPLES = 3
 
 
 def repeated_tail(text: str) -> Optional[Tuple[int, str]]:
@@ -63,7 +62,7 @@ def _is_int(value) -> bool:
 
 
 def eval_problem(data) -> Optional[str]:
-    """Why an eval result is not one soarpack wrote (its rows as soarpack/bench/evaluate.py records them), or None."""
+    """Why an eval result is not one soarpack wrote (its rows as soarpack/measure/evaluate.py records them), or None."""
     if not isinstance(data, dict):
         return "is not a JSON object"
     rows = data.get("rows")
@@ -94,7 +93,7 @@ def eval_problem(data) -> Optional[str]:
 
 
 def bench_problem(data) -> Optional[str]:
-    """Why a bench result is not one soarpack wrote (soarpack/bench/speed.py), or None."""
+    """Why a bench result is not one soarpack wrote (soarpack/measure/speed.py), or None."""
     tiers = data.get("tiers") if isinstance(data, dict) else None
     if not isinstance(tiers, dict) or not tiers:
         return "has no tiers" if not tiers else f"has tiers {type(tiers).__name__}, not an object"

@@ -30,15 +30,16 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from soarpack.bench import client as http
-from soarpack.bench.jsonl import read_jsonl_numbered
-from soarpack.bench.provenance import measured, tool_versions
-from soarpack.bench.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
-from soarpack.bench.tokenizer import chat_template_digest
+from soarpack.measure import client as http
+from soarpack.measure.jsonl import read_jsonl_numbered
+from soarpack.measure.provenance import measured, tool_versions
+from soarpack.measure.scoring import c_factor, ori_accuracy, overall_accuracy, score_prediction
+from soarpack.measure.tokenizer import chat_template_digest
 from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, OutputExistsError
 from soarpack.facts import limits
-from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json
 from soarpack.steps import Event, EventCallback, lines_to, no_events
 from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 
@@ -345,7 +346,7 @@ async def run_eval_async(cfg: EvalConfig, on_event: EventCallback = no_events) -
     done = previous_rows(previous, rows, cfg.output) if not cfg.force else {}
     stop: List[str] = []
     if cfg.model_dir is not None:
-        from soarpack.bench.tokenizer import stop_strings
+        from soarpack.measure.tokenizer import stop_strings
 
         stop = stop_strings(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
     template = chat_template_digest(cfg.model_dir) if cfg.model_dir is not None else None

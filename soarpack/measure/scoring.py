@@ -172,3 +172,13 @@ def gate_of_total(ori: float, rows: int) -> Gate:
     p = min(max(ori / 100.0, 0.0), 1.0)
     half = 100.0 * Z95 * math.sqrt(p * (1 - p) / rows) if rows else 100.0
     return Gate(ori, rows, round(max(0.0, ori - half), 2), round(min(100.0, ori + half), 2), False)
+
+
+def gate_line(ori: float, rows: int, records: Optional[Sequence[dict]] = None) -> str:
+    """C, the margin to the cliff in points and the 95 % interval of a slice of `rows` rows: stratified by task
+    when the scored `records` are given, else binomial (Gate)."""
+    gate = gate_of_records(records) if records else gate_of_total(ori, rows)
+    how = "stratified by task" if gate.stratified else "binomial"
+    return (f"expected C = {c_factor(overall_accuracy(ori))}: ori_accuracy {ori:.2f}, margin {ori - gate.line:+.2f} "
+            f"points to the {gate.line:g} cliff (95% interval {gate.low:.2f}-{gate.high:.2f}, {how}, {gate.rows} rows: "
+            f"{gate.verdict}; identical BF16 runs vary by 2-3 points)")

@@ -27,7 +27,7 @@ def print_eval(console: Console, report: dict) -> None:
                   f"   C [bold]{report['c_factor']:g}[/]" + ("" if report["complete"] else "   [yellow](incomplete)[/]"))
     records = [r for r in report.get("rows", []) if r.get("index", 0) < report["total"]]
     if records:
-        from soarpack.bench.scoring import gate_of_records
+        from soarpack.measure.scoring import gate_of_records
 
         console.print(f"gate: {gate_of_records(records).text()}", markup=False, highlight=False)
     if report.get("retried"):

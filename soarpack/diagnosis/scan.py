@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from soarpack.diagnose.catalogue import Entry
-from soarpack.diagnose.inputs import Input
+from soarpack.diagnosis.catalogue import Entry
+from soarpack.diagnosis.inputs import Input
 
 # What marks a line as an error in the logs diagnose reads: Python's exception lines, soarpack's `error:` lines and
 # `!!!` banners, loud levels, and the few words a dying process prints. Not a bare "error" (a successful quantize

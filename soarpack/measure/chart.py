@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence
 
-from soarpack.bench.compare import TIERS, Run
+from soarpack.measure.compare import TIERS, Run
 from soarpack.errors import SoarpackError
 from soarpack.facts import engine
-from soarpack.fsutil import atomic_file
+from soarpack.placement.write import atomic_file
 
 
 class PlotExtraMissing(SoarpackError):

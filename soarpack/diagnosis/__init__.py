@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from soarpack.diagnose.catalogue import Entry, load_catalogue
-from soarpack.diagnose.inputs import Input, iter_inputs
-from soarpack.diagnose.results import result_findings
-from soarpack.diagnose.scan import Excerpt, Finding, context_values, excerpt, match_entries
+from soarpack.diagnosis.catalogue import Entry, load_catalogue
+from soarpack.diagnosis.inputs import Input, iter_inputs
+from soarpack.diagnosis.results import result_findings
+from soarpack.diagnosis.scan import Excerpt, Finding, context_values, excerpt, match_entries
 
 UNVERIFIED_NOTE = "unverified: no source shows this signature's text; the cause is a guess"
 
@@ -40,7 +40,7 @@ class Diagnosis:
     @property
     def partial(self) -> bool:
         """Whether some of what was given was not read: a log's start, or the files past the cap."""
-        from soarpack.diagnose.inputs import MAX_FILES
+        from soarpack.diagnosis.inputs import MAX_FILES
 
         return any(i.truncated for i in self.inputs) or len(self.inputs) >= MAX_FILES
 
@@ -121,7 +121,3 @@ def diagnose_text(text: str, kind: str = "log", name: str = "<text>", entries: O
 
 
 __all__ = ["Diagnosis", "diagnose", "diagnose_inputs", "diagnose_text", "UNVERIFIED_NOTE"]
-
-from soarpack.apinames import make_callable as _make_callable
-
-_make_callable(__name__)  # `soarpack.diagnose(...)` is soarpack.api.diagnose

@@ -7,7 +7,3 @@
 - `competition`: `soarpack score`, (0.4·S1 + 0.3·S8 + 0.3·Smax) × C.
 - `client`, `jsonl`, `tokenizer`, `stats`, `render`: the HTTP requests, data files, token counts, percentiles, tables.
 """
-
-from soarpack.apinames import make_callable as _make_callable
-
-_make_callable(__name__)  # `soarpack.bench(...)` is soarpack.api.bench

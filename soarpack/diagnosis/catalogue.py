@@ -101,10 +101,3 @@ def load_catalogue(path: Optional[Path] = None) -> List[Entry]:
     if dupes:
         raise ValueError(f"{path}: duplicate id(s) {', '.join(dupes)}")
     return entries
-
-
-def entry_by_id(entries: List[Entry], ident: str) -> Entry:
-    for entry in entries:
-        if entry.id == ident:
-            return entry
-    raise KeyError(ident)

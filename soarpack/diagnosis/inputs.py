@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional
 
-from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.speed import BENCH_KIND
+from soarpack.measure.evaluate import EVAL_KIND
+from soarpack.measure.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 
 MAX_READ_BYTES = 32 * 2**20  # a longer log is read from its end: the failure is there
@@ -32,9 +32,6 @@ TEXT_SUFFIXES = (".log", ".txt", ".out", ".err")
 # Folders of a rehearsal or a bundle that hold no logs, only (large) trees: never walked.
 SKIP_DIRS = frozenset({".soarpack", "venv", ".venv", "image", "py310", "wheels", "src", "sglang", "sglang-fork",
                        "tiny-sala", "quantized", "site-packages", "__pycache__", "node_modules", ".git", "calib"})
-CHECK_REPORT = "check.json"  # what a kept rehearsal folder holds beside its logs (soarpack.rehearse.check)
-
-
 @dataclass
 class Input:
     path: Path
@@ -217,8 +214,3 @@ def iter_inputs(paths: List[Path], notes: Optional[List[str]] = None) -> Iterato
         else:
             found += 1
             yield read_file(path, explicit=True, notes=notes)
-
-
-def read_inputs(paths: List[Path], notes: Optional[List[str]] = None) -> List[Input]:
-    """Every input under the given paths at once (iter_inputs holds one at a time)."""
-    return list(iter_inputs(paths, notes))

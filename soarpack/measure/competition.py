@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.scoring import c_factor, overall_accuracy
-from soarpack.bench.speed import BENCH_KIND
+from soarpack.measure.evaluate import EVAL_KIND
+from soarpack.measure.scoring import c_factor, overall_accuracy
+from soarpack.measure.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 from soarpack.facts import scoring as platform_scoring
 from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped

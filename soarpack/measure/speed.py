@@ -31,13 +31,14 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from soarpack.bench import client as http
-from soarpack.bench.jsonl import read_jsonl_numbered
-from soarpack.bench.provenance import measured, tool_versions
-from soarpack.bench.stats import summary_ms
+from soarpack.measure import client as http
+from soarpack.measure.jsonl import read_jsonl_numbered
+from soarpack.measure.provenance import measured, tool_versions
+from soarpack.measure.stats import summary_ms
 from soarpack.deprecation import deprecated_field
 from soarpack.errors import ConfigError, InputDataError, SoarpackError
-from soarpack.fsutil import atomic_write_json, ensure_writable_output
+from soarpack.placement.checks import ensure_writable_output
+from soarpack.placement.write import atomic_write_json
 from soarpack.steps import Event, EventCallback, no_events
 
 BENCH_KIND = "soarpack.bench"
@@ -204,7 +205,7 @@ async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[i
 
 
 def _token_counter(cfg: BenchConfig) -> Callable[[str], int]:
-    from soarpack.bench.tokenizer import count_tokens, load_tokenizer
+    from soarpack.measure.tokenizer import count_tokens, load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model_dir, trust_remote_code=cfg.trust_remote_code)
     return lambda text: count_tokens(tokenizer, text)

@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from soarpack.bench.competition import (DAMAGED, TIER_WEIGHTS, capped_note, capped_tiers, checked_duration,
+from soarpack.measure.competition import (DAMAGED, TIER_WEIGHTS, capped_note, capped_tiers, checked_duration,
                                         checked_number, durations_from_bench, eval_accuracies, read_result,
                                         tier_score)
-from soarpack.bench.evaluate import EVAL_KIND
-from soarpack.bench.scoring import Gate, c_factor, gate_of_records, gate_of_total
-from soarpack.bench.speed import BENCH_KIND
+from soarpack.measure.evaluate import EVAL_KIND
+from soarpack.measure.scoring import Gate, c_factor, gate_of_records, gate_of_total
+from soarpack.measure.speed import BENCH_KIND
 from soarpack.errors import InputDataError
 from soarpack.inputs import MAX_RESULT_BYTES, read_bytes_capped
 

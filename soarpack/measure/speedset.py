@@ -296,7 +296,7 @@ def bucket_histogram(lengths: Sequence[int], buckets: Sequence[Bucket]) -> List[
 
 
 def write_jsonl(path: Path, rows: List[dict]) -> Path:
-    from soarpack.fsutil import atomic_write_text
+    from soarpack.placement.write import atomic_write_text
 
     return atomic_write_text(path, jsonl_text(rows))
 

@@ -20,7 +20,7 @@ def _wrapped(label: str, text: str, indent: str = "    ") -> List[str]:
 
 
 def render(diagnosis) -> List[str]:
-    from soarpack.diagnose import UNVERIFIED_NOTE
+    from soarpack.diagnosis import UNVERIFIED_NOTE
 
     lines: List[str] = []
     by_path = {}

@@ -44,8 +44,8 @@ class EvalResult:
         return list(self.report.get("rows", []))
 
     def gate(self):
-        """soarpack.bench.scoring.Gate: ori, its margin to the full-credit line and 95 % interval."""
-        from soarpack.bench.compare import eval_gate
+        """soarpack.measure.scoring.Gate: ori, its margin to the full-credit line and 95 % interval."""
+        from soarpack.measure.compare import eval_gate
 
         return eval_gate(self.report)
 
@@ -124,7 +124,7 @@ class ScoreResult:
 
 @dataclass
 class CompareResult:
-    """Runs side by side (soarpack.bench.compare.Run each), with the best times their S is relative to."""
+    """Runs side by side (soarpack.measure.compare.Run each), with the best times their S is relative to."""
 
     runs: List[Any]
     best_s: Dict[str, float]
@@ -139,7 +139,7 @@ class CompareResult:
 
     def render(self, style: str = "table") -> str:
         """The comparison as `table` (aligned text), `md`, `csv` or `json`: what `soarpack compare` prints."""
-        from soarpack.bench.compare import render
+        from soarpack.measure.compare import render
 
         return render(self.runs, style, self.best_s)
 

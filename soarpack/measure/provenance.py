@@ -5,14 +5,14 @@ from __future__ import annotations
 import platform
 from typing import Any, Dict, Optional
 
-import soarpack
+from soarpack.version import __version__
 
 
 def tool_versions() -> Dict[str, str]:
     """soarpack, Python and the HTTP client: what can change a measurement's numbers on the client side."""
     import httpx
 
-    return {"soarpack": soarpack.__version__, "python": platform.python_version(), "httpx": httpx.__version__}
+    return {"soarpack": __version__, "python": platform.python_version(), "httpx": httpx.__version__}
 
 
 def measured(label: Optional[str], bundle: Optional[Dict[str, Any]], served: Optional[dict]) -> Dict[str, Any]:
