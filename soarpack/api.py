@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
+from soarpack.arguments import checked_arguments
 from soarpack.deprecation import renamed_keywords
 from soarpack.facts import limits
 from soarpack.steps import Event, EventCallback, no_events
@@ -51,6 +52,7 @@ def _events(on_event: Optional[EventCallback]) -> EventCallback:
 
 
 @renamed_keywords(log_file="log", sanity_max_loss="max_sanity_loss")
+@checked_arguments
 def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = None, calib: Paths = None,
              held_out: Paths = None, rows: Optional[int] = None, max_len: Optional[int] = None,
              seed: Optional[int] = None, batch: Optional[int] = None, device: str = "auto", force: bool = False,
@@ -108,6 +110,7 @@ def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = 
 
 
 @renamed_keywords(out="output")
+@checked_arguments
 def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
           calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
           output: Optional[PathLike] = None, force: bool = False,
@@ -146,6 +149,7 @@ def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang
 
 
 @renamed_keywords(sglang_fork="sglang_src")
+@checked_arguments
 def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
           keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
           strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
@@ -200,6 +204,7 @@ def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Opt
 
 @renamed_keywords(num_samples="rows", model_path="model_dir", timeout_s="timeout", stall_s="stall_timeout",
                   deadline_s="deadline")
+@checked_arguments
 def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
          concurrency: int = 32, rows: Optional[int] = None, timeout: float = limits.EVAL_TIMEOUT_S,
          stall_timeout: float = 60.0, deadline: Optional[float] = None, retries: int = 0,
@@ -260,6 +265,7 @@ def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None,
 
 @renamed_keywords(num_prompts="rows", tokenizer_dir="model_dir", tokenizer="model_dir", flush_cache="flush",
                   settle_s="settle", stall_s="stall_timeout", deadline_s="deadline")
+@checked_arguments
 def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike] = None,
           smax: Optional[PathLike] = None, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
           output: Optional[PathLike] = None, seed: int = 1, rows: Optional[int] = None, warmup: bool = True,
@@ -311,6 +317,7 @@ def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike
     return BenchResult.from_report(run_bench(cfg, events), cfg.output)
 
 
+@checked_arguments
 def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[PathLike] = None,
           best_s1: Optional[float] = None, best_s8: Optional[float] = None,
           best_smax: Optional[float] = None) -> ScoreResult:
@@ -344,6 +351,7 @@ def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[Pat
     return ScoreResult(**final_score(durations_from_bench(Path(ours)), best_durations, overall))
 
 
+@checked_arguments
 def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optional[float] = None,
             best_smax: Optional[float] = None, chart: Optional[PathLike] = None,
             on_event: Optional[EventCallback] = None) -> CompareResult:
@@ -382,6 +390,7 @@ def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optiona
     return CompareResult(runs, best)
 
 
+@checked_arguments
 def diagnose(paths: Paths) -> Diagnosis:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
@@ -405,6 +414,7 @@ def diagnose(paths: Paths) -> Diagnosis:
     return diagnose_paths(_paths(paths) or [])
 
 
+@checked_arguments
 def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None, hidden: int = 256,
                intermediate: int = 640, heads: int = 2, kv_heads: int = 1, vocab: int = 512, seed: int = 0,
                force: bool = False) -> Path:
@@ -425,17 +435,12 @@ def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None,
     Example:
         >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
     """
-    from soarpack.errors import ConfigError
-    from soarpack.sala.config import LIGHTNING, SPARSE
     from soarpack.sala.tiny import make_tiny_model
+    from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
 
-    mixer_types: Optional[List[str]] = None
-    if pattern:
-        kinds = {"S": SPARSE, "L": LIGHTNING}
-        bad = sorted(set(pattern.upper()) - set(kinds))
-        if bad:
-            raise ConfigError(f"--pattern may hold only S and L, got {''.join(bad)!r}")
-        mixer_types = [kinds[c] for c in pattern.upper()]
-    return make_tiny_model(out, num_layers=layers, mixer_types=mixer_types, hidden_size=hidden,
+    kinds = mixer_types(pattern)
+    check_tiny_shape(layers=len(kinds) if kinds else layers, hidden=hidden, intermediate=intermediate, heads=heads,
+                     kv_heads=kv_heads, vocab=vocab)
+    return make_tiny_model(out, num_layers=layers, mixer_types=kinds, hidden_size=hidden,
                            intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
                            lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)

@@ -105,8 +105,8 @@ def eval_cmd(
                                              help="Served model dir: stop strings come from its generation config "
                                                   "and tokenizer, as on the platform."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
-    concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
+    concurrency: int = typer.Option(32, "--concurrency", metavar="N", help="Requests in flight at most."),
+    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", help="Only the first N rows."),
     timeout: float = typer.Option(limits.EVAL_TIMEOUT_S, "--timeout", metavar="SECONDS",
                                   help="Per-request timeout (> 0); a timeout scores 0."),
     stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
@@ -134,7 +134,7 @@ def eval_cmd(
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     old_model_path: Optional[Path] = typer.Option(None, "--model-path", hidden=True),
-    old_num_samples: Optional[int] = typer.Option(None, "--num-samples", min=1, hidden=True),
+    old_num_samples: Optional[int] = typer.Option(None, "--num-samples", hidden=True),
 ) -> None:
     """Score a running server on the correctness set as the platform's eval_model.py does.
 
@@ -198,11 +198,11 @@ def bench_cmd(
     output: Path = typer.Option(Path("bench.json"), "-o", "--output", metavar="FILE",
                                 help="Result JSON (what score and compare read)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Shuffle seed (the platform uses 1)."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1,
+    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N",
                                        help="Only the first N rows after shuffling."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One warm-up request per tier, as the platform."),
     flush: bool = typer.Option(True, "--flush/--no-flush", help="POST /flush_cache before each tier, as the platform."),
-    settle: float = typer.Option(1.0, "--settle", metavar="SECONDS", min=0.0,
+    settle: float = typer.Option(1.0, "--settle", metavar="SECONDS",
                                  help="Wait after the flush before timing (bench_serving waits 1)."),
     stall_timeout: float = typer.Option(600.0, "--stall-timeout", metavar="SECONDS",
                                         help="Fail a request whose stream sends no byte for this long."),
@@ -213,7 +213,7 @@ def bench_cmd(
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-    old_num_prompts: Optional[int] = typer.Option(None, "--num-prompts", min=1, hidden=True),
+    old_num_prompts: Optional[int] = typer.Option(None, "--num-prompts", hidden=True),
 ) -> None:
     """Time S1, S8 and Smax against a running server with the platform's bench_serving semantics.
 
