@@ -1,7 +1,7 @@
 """CLI commands of soarpack.bench: eval, bench, speedset, score, compare. Logic lives in soarpack.bench.
 
-Tables go to stdout (`> score.txt` keeps them); progress, notes and errors go to stderr. With --json, stdout holds
-only the JSON and the table goes to stderr.
+Each command returns its Output: tables on stdout (`> score.txt` keeps them), or the JSON with --format json; progress,
+notes and errors go to stderr. A no-go result (below the gate, an incomplete run) is a Verdict: exit 1.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable, Iterator, List, Optional
 import typer
 
 from soarpack.cli import command, err_console, renamed, required
-from soarpack.cli.output import NORMAL, STATE, sink
+from soarpack.cli.output import NORMAL, STATE, Output, Verdict, sink
 from soarpack.errors import SoarpackError
 from soarpack.facts import limits, scoring as platform_scoring
 from soarpack.printable import printable
@@ -30,7 +30,10 @@ _TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py
 
 
 def _note(event) -> None:
-    """An eval's or bench's line: the --bundle it measures is always named, other notes unless -q."""
+    """An eval's or bench's line: the --bundle it measures is always named, other notes unless -q; with --format
+    json neither (the document records the bundle)."""
+    if sink().json:
+        return
     if event.phase == "bundle":
         err_console.print(event.message, markup=False, highlight=False)
     else:
@@ -40,28 +43,17 @@ def _note(event) -> None:
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
-class IncompleteRunError(SoarpackError):
+class IncompleteRunError(Verdict):
     """A measurement ran but some requests failed: its numbers are not the server's."""
 
-    exit_code = 1
 
-
-class BelowGateError(SoarpackError):
+class BelowGateError(Verdict):
     """A run fails the accuracy gate (C < 1: less than full credit) or its eval is incomplete: a no-go."""
-
-    exit_code = 1
-
-
-def _table_console(as_json: bool):
-    from rich.console import Console
-
-    return Console(stderr=as_json)
 
 
 def _say(message: str) -> None:
-    """A note on stderr, unless -q."""
-    if STATE.verbosity >= NORMAL:
-        err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
+    """A note on stderr, unless -q or --format json."""
+    sink().say(message)
 
 
 @contextmanager
@@ -91,7 +83,9 @@ def progress_bars(label: str) -> Iterator[Callable[[str, int, Optional[int], str
         now = time.monotonic()
         if done == total or now - last.get(name, start) >= PLAIN_PROGRESS_EVERY_S:
             last[name] = now
-            _say(f"{label} {name}: {done}/{total} after {now - start:.0f} s" + (f"  {note}" if note else ""))
+            err_console.print(printable(f"{label} {name}: {done}/{total} after {now - start:.0f} s"  # progress: also
+                                        + (f"  {note}" if note else "")),  # under --format json
+                              markup=False, highlight=False, soft_wrap=True)
 
     yield update
 
@@ -132,10 +126,9 @@ def eval_cmd(
                                help="Start OUTPUT over; the old file is kept beside as NAME.old-N.json."),
     label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     old_model_path: Optional[Path] = typer.Option(None, "--model-path", hidden=True),
     old_num_samples: Optional[int] = typer.Option(None, "--num-samples", hidden=True),
-) -> None:
+) -> Output:
     """Score a running server on the correctness set as the platform's eval_model.py does.
 
     Exits 1 when any request failed (the run is incomplete; run it again to resend the failed rows).
@@ -149,7 +142,8 @@ def eval_cmd(
     from rich.markup import escape
 
     from soarpack import api
-    from soarpack.bench.render import print_eval
+    from soarpack.bench.compare import eval_gate
+    from soarpack.cli.tables import print_eval
 
     model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
     rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
@@ -167,21 +161,21 @@ def eval_cmd(
                           trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout=timeout,
                           max_tokens=max_tokens, stall_timeout=stall_timeout, deadline=deadline, retries=retries,
                           resume=resume, force=force, label=label, bundle=bundle, on_event=on_event).to_dict()
-    print_eval(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
-    if sink(as_json).json:
-        from soarpack.bench.compare import eval_gate
+    data = {**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()}
+    return Output(data, lambda console: print_eval(console, report), _eval_verdict(report))
 
-        typer.echo(json.dumps({**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()},
-                              indent=2))
+
+def _eval_verdict(report: dict) -> Optional[Verdict]:
     if report["failed"]:
-        raise IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
+        return IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
                                  "(they score 0, as on the platform)",
                                  "fix the server and run the same command again: only the failed rows are sent")
     if report["c_factor"] < 1:
-        raise BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
+        return BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
                              f"{report['overall_accuracy']:.2f}) gives C = {report['c_factor']}; full credit needs "
                              f"ori > {platform_scoring.FULL_CREDIT_ORI:g}", "this checkpoint would lose score on the platform: try a safer recipe")
+    return None
 
 
 @command("bench")
@@ -211,10 +205,9 @@ def bench_cmd(
                                         "timeout per request: 6 h)."),
     label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
     old_num_prompts: Optional[int] = typer.Option(None, "--num-prompts", hidden=True),
-) -> None:
+) -> Output:
     """Time S1, S8 and Smax against a running server with the platform's bench_serving semantics.
 
     The output is replaced only when every tier finished; until then tiers go to OUTPUT.partial.json. Exits 1 when
@@ -227,8 +220,8 @@ def bench_cmd(
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack import api
-    from soarpack.bench.render import print_bench
     from soarpack.bench.speed import partial_path
+    from soarpack.cli.tables import print_bench
 
     model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
     rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
@@ -250,17 +243,19 @@ def bench_cmd(
                               f"{_partial_note(partial_path(output), partial_before)}",
                               markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
-    print_bench(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
-    if sink(as_json).json:
-        typer.echo(json.dumps(report, indent=2))
+    return Output(report, lambda console: print_bench(console, report), _bench_verdict(report))
+
+
+def _bench_verdict(report: dict) -> Optional[Verdict]:
     bad = {name: tier for name, tier in report["tiers"].items()
            if tier["failed"] or tier["short_outputs"] or tier.get("long_outputs")}
     if bad:
-        raise IncompleteRunError("bench incomplete: " + "; ".join(
+        return IncompleteRunError("bench incomplete: " + "; ".join(
             f"{name} had {tier['failed']} failed, {tier['short_outputs']} short and {tier.get('long_outputs', 0)} "
             "over-long request(s)" for name, tier in bad.items()),
             "score refuses these tiers; check the server log (and that it honours ignore_eos and max_new_tokens)")
+    return None
 
 
 def _file_identity(path: Path) -> Optional[tuple]:
@@ -304,9 +299,8 @@ def speedset_cmd(
                                         help="UTF-8 text to cut rows from (default: built-in prose)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Seed for lengths and text."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-) -> None:
+) -> Output:
     """Write a speed set that follows a length mix (default: the published input/output mix).
 
     Presets: published (the competition's published mix; the platform now runs a longer hidden set, 68% of its inputs
@@ -319,8 +313,8 @@ def speedset_cmd(
       soarpack speedset --model-dir Q -n 16 --mix long-128k -o speed-long.jsonl
     """
     from soarpack.bench import speedset as ss
-    from soarpack.bench.render import print_speedset
     from soarpack.bench.tokenizer import load_tokenizer
+    from soarpack.cli.tables import print_speedset
     from soarpack.fsutil import ensure_writable_output, place_bytes
 
     model_dir = required(renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer"), "--model-dir")
@@ -334,12 +328,10 @@ def speedset_cmd(
                          what="speedset output")
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
-    print_speedset(_table_console(sink(as_json).json), buckets, hist, summary)
     _say(placed.says())
-    if sink(as_json).json:
-        typer.echo(json.dumps({"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error,
-                               "histogram": hist, "mix": buckets.describe(),
-                               "sha256": hashlib.sha256(output.read_bytes()).hexdigest()}, indent=2))
+    data = {"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error, "histogram": hist,
+            "mix": buckets.describe(), "sha256": hashlib.sha256(output.read_bytes()).hexdigest()}
+    return Output(data, lambda console: print_speedset(console, buckets, hist, summary))
 
 
 @command("score")
@@ -354,8 +346,7 @@ def score_cmd(
                                             help="Best S1 duration, from the leaderboard (overrides --best)."),
     best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 duration."),
     best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax duration."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-) -> None:
+) -> Output:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours.
 
     A tier's best time is the shortest benchmark duration any team has on the competition's leaderboard; soarpack
@@ -368,16 +359,15 @@ def score_cmd(
         --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS
     """
     from soarpack import api
-    from soarpack.bench.render import print_score
+    from soarpack.cli.tables import print_score
 
     result = api.score(ours=ours, eval=eval_json, best=best, best_s1=best_s1, best_s8=best_s8,
                        best_smax=best_smax).to_dict()
-    print_score(_table_console(sink(as_json).json), result)
-    if sink(as_json).json:
-        typer.echo(json.dumps(result, indent=2))
+    verdict = None
     if result["c_factor"] < 1:
-        raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
+        verdict = BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
                              f"{result['final_score']:.2f} is below full credit", f"C = 1 needs ori accuracy > {platform_scoring.FULL_CREDIT_ORI:g}")
+    return Output(result, lambda console: print_score(console, result), verdict)
 
 
 class TableStyle(str, enum.Enum):
@@ -398,7 +388,6 @@ def compare_cmd(
                                          help="JSON files of soarpack eval and bench (grouped as above)."),
     table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
                                                help="The table as Markdown or CSV instead of aligned text."),
-    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (the same as --format json)."),
     old_fmt: Optional[_OldCompareFormat] = typer.Option(None, "--format", hidden=True),
     chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
                                          help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
@@ -406,7 +395,7 @@ def compare_cmd(
                                             help="Best S1 time (default: the fastest compared run's)."),
     best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 time."),
     best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax time."),
-) -> None:
+) -> Output:
     """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final. Exit 1 if a run is below the gate.
 
     ori is the eval's ori_accuracy, margin its distance to the full-credit line (C = 1 above it), ci95 a 95% interval
@@ -429,17 +418,16 @@ def compare_cmd(
                           + ("--json" if old_fmt.value == "json" else f"--table {old_fmt.value}"
                              if old_fmt.value != "table" else "the default")
                           + "; the old spelling goes in the next release", markup=False, highlight=False)
-        as_json = as_json or old_fmt.value == "json"
+        if old_fmt.value == "json":
+            STATE.format = "json"
         table = table or (TableStyle(old_fmt.value) if old_fmt.value in ("md", "csv") else None)
-    style = "json" if sink(as_json).json else table.value if table else "table"
     compared = api.compare(results, best_s1=best_s1, best_s8=best_s8, best_smax=best_smax, chart=chart,
                            on_event=lambda event: _say(event.message))
     runs = compared.runs
-    typer.echo(compared.render(style) if style == "json" else printable(compared.render(style), keep="\n"))
     for run in runs:
         if run.at_risk:
             _say(f"at risk: {run.name}: {run.gate.text()}")
     below = [r.name for r in runs if r.below_gate]
-    if below:
-        raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
-                             "the platform multiplies such a run's speed score by C")
+    verdict = BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
+                             "the platform multiplies such a run's speed score by C") if below else None
+    return Output(json.loads(compared.render("json")), compared.render(table.value if table else "table"), verdict)

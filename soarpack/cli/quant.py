@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional, get_args
@@ -10,7 +9,7 @@ from typing import List, Optional, get_args
 import typer
 
 from soarpack.cli import command, renamed, required
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output, sink
 from soarpack.errors import CheckpointError, ConfigError
 from soarpack.printable import printable
 
@@ -51,8 +50,7 @@ def quantize_cmd(
     no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality measurement."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
+) -> Output:
     """GPTQ-quantize MODEL_DIR with a recipe into OUT, ready for SGLang's gptq_marlin.
 
     The report is written to OUT/soarpack_quant_report.json. It and the
@@ -86,7 +84,7 @@ def quantize_cmd(
     # so imported under the bar its warnings would reach the terminal instead of the run's log.
     import soarpack.quant.run  # noqa: F401
 
-    out = sink(as_json, quiet, verbose)
+    out = sink(quiet=quiet, verbose=verbose)
     log = log or default_log_path(out_dir)
     # off a terminal: plain lines; on an error: the log's path; on Ctrl-C: where it stopped, and exit 130
     with QuantizeProgress(verbosity=out.verbosity, out_dir=out_dir, log=log) as progress:
@@ -95,20 +93,20 @@ def quantize_cmd(
                               max_sanity_loss=max_sanity_loss, fp16=fp16, auto_map=auto_map.value,
                               no_report=no_report, library_output="terminal" if out.verbosity >= 2 else "log",
                               on_event=progress.render)
-    if out.json:
-        return out.result(result.to_dict())
-    _print_result(result, out_dir, log)
+    return Output(result.to_dict(), lambda console: _draw_result(console, result, out_dir, log))
 
 
 def default_log_path(out_dir: Path) -> Path:
     return out_dir.with_name(out_dir.name + ".log") if out_dir.name not in ("", "..") else Path(str(out_dir.resolve()) + ".log")
 
 
-def _print_result(result, out_dir: Path, log: Path) -> None:
-    from rich.console import Console
+def _draw_result(console, result, out_dir: Path, log: Path) -> None:
     from rich.table import Table
 
     from soarpack.quant.run import REPORT_FILE
+
+    def echo(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     bits = sorted({b for b in result.modules.values() if not b.startswith("16")})
     table = Table(title=f"{result.recipe}: {result.quantized_modules} quantized ({', '.join(bits) or 'none'}), "
@@ -119,7 +117,6 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
         table.add_row(k, f"{v:.1f}")
     table.add_section()
     table.add_row("total", f"{sum(result.timings.values()):.1f}")
-    console = Console()
     console.print(table)
     kl = result.quality.get("kl")
     if kl:
@@ -144,13 +141,13 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
     if "rows_used" in cal:
         from soarpack.quant.calibinfo import rows_line, where_from
 
-        typer.echo(printable(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"],
-                                       where_from(cal["sources"], cal["builtin"]))))  # names the user's files
+        echo(printable(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"],
+                                 where_from(cal["sources"], cal["builtin"]))))  # names the user's files
     for note in result.notes:
-        typer.echo(f"note: {printable(note)}")
-    typer.echo(f"report: {printable(out_dir / REPORT_FILE)}")
+        echo(f"note: {printable(note)}")
+    echo(f"report: {printable(out_dir / REPORT_FILE)}")
     n = result.library_warnings  # the libraries' warnings are in the log, not here; None: they went to the terminal
-    typer.echo(f"log: {printable(log)}" if n is None else f"{n} library warning{'s' if n != 1 else ''}: {printable(log)}")
+    echo(f"log: {printable(log)}" if n is None else f"{n} library warning{'s' if n != 1 else ''}: {printable(log)}")
 
 
 @command("verify")
@@ -158,10 +155,9 @@ def verify_cmd(
     ckpt: Path = typer.Argument(..., metavar="CKPT", help="A quantized checkpoint directory."),
     original: Optional[Path] = typer.Option(None, "--original", metavar="DIR",
                                             help="The original checkpoint, for byte and error checks."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     device: Device = typer.Option(Device.auto, "--device",
                                   help="Where to unpack and dequantize: a GPU when there is one (auto), cpu or cuda."),
-) -> None:
+) -> Output:
     """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem.
 
     Example: soarpack verify sala-w4 --original MiniCPM-SALA
@@ -172,17 +168,12 @@ def verify_cmd(
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
     rep = verify_report(ckpt, original, device=resolve_device(device.value))
-    if sink(as_json).json:
-        typer.echo(json.dumps(rep.to_dict(), indent=2))
-    else:
-        for p in rep.problems:
-            typer.echo(printable(p))  # problems quote tensor names from the checkpoint
-        if rep.module_errors:
-            worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
-            typer.echo(f"dequantization error: {len(rep.module_errors)} modules, worst {printable(worst[0])} {worst[1]:.4f}")
-        typer.echo("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
-    if rep.problems:
-        raise typer.Exit(1)
+    lines = [printable(p) for p in rep.problems]  # problems quote tensor names from the checkpoint
+    if rep.module_errors:
+        worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
+        lines.append(f"dequantization error: {len(rep.module_errors)} modules, worst {printable(worst[0])} {worst[1]:.4f}")
+    lines.append("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
+    return Output(rep.to_dict(), "\n".join(lines), exit_code=1 if rep.problems else 0)
 
 
 @command("calib")
@@ -200,9 +191,8 @@ def calib_cmd(
     write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", metavar="FILE",
                                                  help="Also write the built-in prompts as JSONL here."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --write-builtin file with other content."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-) -> None:
+) -> Output:
     """Preview calibration data: rows per task, token-length histogram, truncation.
 
     A JSONL line of FILES is one of:
@@ -249,21 +239,19 @@ def calib_cmd(
     if write_builtin:
         placed = place_bytes(write_builtin, builtin_calibration_text(rows, seed, max_len).encode("utf-8"),
                              force=force, inputs=inputs, what="--write-builtin")
-        typer.echo(placed.says(), err=True)
-    if sink(as_json).json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+        sink().say(placed.says())
     # file names and task names are the user's data: printable
-    typer.echo(printable(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
+    lines = [printable(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
                          f"{summary['min_len']}, median {summary['median_len']}, max {summary['max_len']}), "
-                         f"{summary['truncated']} left-truncated"))
+                         f"{summary['truncated']} left-truncated")]
     short = shortfall(summary["rows"], rows, asked_by, where)
     if short:
-        typer.echo(f"note: {printable(short)}")
-    typer.echo("tasks: " + ", ".join(f"{printable(k)} {v}" for k, v in summary["tasks"].items()))
+        lines.append(f"note: {printable(short)}")
+    lines.append("tasks: " + ", ".join(f"{printable(k)} {v}" for k, v in summary["tasks"].items()))
     largest = max(summary["length_histogram"].values(), default=0)
     for bucket, n in summary["length_histogram"].items():
-        typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
+        lines.append(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
+    return Output(summary, "\n".join(lines))
 
 
 HISTOGRAM_WIDTH = 60
@@ -280,8 +268,7 @@ def histogram_bar(count: int, largest: int, width: int = HISTOGRAM_WIDTH) -> str
 def recipes_cmd(
     name: Optional[str] = typer.Argument(None, metavar="NAME", help="Print this built-in recipe's TOML.",
                                          show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print the recipes and their evidence as JSON."),
-) -> None:
+) -> Output:
     """The built-in quantization recipes and what is known about each, with its source.
 
     Without NAME: every recipe, its description and its evidence (what peers measured on the platform, what
@@ -300,16 +287,13 @@ def recipes_cmd(
         recipe = load_recipe(name)  # a name that is not a built-in stops here with the list
         if recipe.source != f"{name}.toml" or not (RECIPES_DIR / f"{name}.toml").is_file():
             raise ConfigError(f"{name!r} is not a built-in recipe name", f"built-in recipes: {', '.join(list_recipes())}")
-        typer.echo((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
-        return
+        toml = (RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8")
+        return Output({"name": name, "toml": toml}, lambda console: typer.echo(toml, nl=False))  # bytes as shipped
     recipes = [load_recipe(n) for n in list_recipes()]
-    if sink(as_json).json:
-        typer.echo(json.dumps([{"name": r.name, "description": r.description,
-                                "evidence": [e.model_dump() for e in r.evidence]} for r in recipes], indent=2))
-        return
+    lines = []
     for r in recipes:
-        typer.echo(f"{r.name}: {r.description}")
-        for e in r.evidence:
-            typer.echo(f"    {e.line()}")
+        lines += [f"{r.name}: {r.description}", *(f"    {e.line()}" for e in r.evidence)]
         if not r.evidence:
-            typer.echo("    no evidence recorded")
+            lines.append("    no evidence recorded")
+    return Output([{"name": r.name, "description": r.description, "evidence": [e.model_dump() for e in r.evidence]}
+                   for r in recipes], "\n".join(lines))
