@@ -12,6 +12,7 @@ Heavy libraries (torch, GPTQModel, transformers) are imported when a function ru
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 from soarpack.arguments import checked_arguments
 from soarpack.deprecation import renamed_keywords
 from soarpack.facts import limits
+from soarpack.quant.request import QuantizeRequest
+from soarpack.request import api_signature, parameters_help
 from soarpack.steps import Event, EventCallback, no_events
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
@@ -51,38 +54,28 @@ def _events(on_event: Optional[EventCallback]) -> EventCallback:
     return on_event or no_events
 
 
-@renamed_keywords(log_file="log", sanity_max_loss="max_sanity_loss")
-@checked_arguments
-def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = None, calib: Paths = None,
-             held_out: Paths = None, rows: Optional[int] = None, max_len: Optional[int] = None,
-             seed: Optional[int] = None, batch: Optional[int] = None, device: str = "auto", force: bool = False,
-             log: Optional[PathLike] = None, max_sanity_loss: Optional[float] = None, fp16: bool = False,
-             auto_map: str = "keep", no_report: bool = False, library_output: str = "log",
-             on_event: Optional[EventCallback] = None) -> QuantizeResult:
-    """GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
+def _quantize(*args: Any, **kwargs: Any) -> QuantizeResult:
+    from soarpack.quant import run as quant_run
+
+    bound = _QUANTIZE_SIGNATURE.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    on_event = values.pop("on_event")
+    request = QuantizeRequest.from_api("quantize", values)
+    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=_events(on_event))
+
+
+_QUANTIZE_SIGNATURE = api_signature(QuantizeRequest, positional=2, extra=[
+    inspect.Parameter("on_event", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Optional[EventCallback])])
+_quantize.__signature__ = _QUANTIZE_SIGNATURE  # type: ignore[attr-defined]
+_quantize.__doc__ = f"""GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
 
     The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
     report in OUT/soarpack_quant_report.json. Nothing is printed.
 
-    Parameters (the command's flags):
-        model_dir        the original checkpoint directory (MODEL_DIR)
-        out_dir          where to write the quantized checkpoint (OUT); must not exist or be empty unless `force`
-        recipe           a built-in recipe name (`soarpack recipes`) or a recipe .toml path; default "w4-mlp"
-        calib            calibration file(s), JSONL or text (--calib); default: the built-in prompts
-        held_out         held-out file(s) for the sanity loss and KL (--held-out); default: built-in prompts
-        rows, max_len, seed, batch
-                         calibration rows, tokens per row, seed, rows per forward (--rows, --max-len, --seed,
-                         --batch); default: the recipe's, else soarpack's (256, 2048, 0, 8)
-        device           "auto" (a GPU when there is one), "cpu" or "cuda" (--device)
-        force            replace a non-empty OUT (--force)
-        log              append the run's log, and the libraries' own output, to this file (--log); default: no
-                         log file, and the libraries' own output (GPTQModel's banner, torch's warnings) is dropped
-        max_sanity_loss  stop if the original model's loss on the held-out rows exceeds this many nats
-                         (--max-sanity-loss); default 8.0
-        fp16             store the non-quantized tensors in float16 instead of bfloat16 (--fp16)
-        auto_map         "keep", or "drop-config" to remove auto_map.AutoConfig (--auto-map)
-        no_report        skip the KL quality measurement (--no-report)
-        library_output   "log" (default) or "terminal": where the libraries' own output goes while the run lasts
+    Parameters (the command's flags; soarpack.quant.request.QuantizeRequest declares them):
+{parameters_help(QuantizeRequest)}
         on_event         called with each soarpack.steps.Event (phase start/end, a line, a GPTQ layer started)
 
     Returns a soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
@@ -97,16 +90,8 @@ def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = 
         >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
         >>> result.quantized_modules, result.quality["kl"]["kl_mean"]
     """
-    from soarpack.quant import run as quant_run
-    from soarpack.quant.options import quantize_options
-
-    given: Dict[str, Any] = dict(recipe=recipe, sanity_max_loss=max_sanity_loss)
-    opts = quantize_options(**{k: v for k, v in given.items() if v is not None}, calib=_paths(calib),
-                            held_out=_paths(held_out), rows=rows, max_len=max_len, seed=seed, batch=batch,
-                            device=device, force=force, log_file=_path(log),
-                            float_dtype="float16" if fp16 else "bfloat16", auto_map=auto_map, quality=not no_report,
-                            library_output=library_output)
-    return quant_run.quantize(model_dir, out_dir, opts, on_event=_events(on_event))
+_quantize.__name__ = _quantize.__qualname__ = "quantize"
+quantize = renamed_keywords(**QuantizeRequest.renamed())(_quantize)
 
 
 @renamed_keywords(out="output")

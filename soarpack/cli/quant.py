@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional, get_args
@@ -14,9 +15,8 @@ from soarpack.errors import CheckpointError, ConfigError
 from soarpack.printable import printable
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
-from soarpack.quant.options import QuantizeOptions
-
-_D = QuantizeOptions()
+from soarpack.quant.request import QuantizeRequest
+from soarpack.request import cli_values, typer_parameters
 
 
 class Device(str, Enum):
@@ -25,32 +25,7 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
-# the choices QuantizeOptions accepts, as an Enum so that --help lists them and a typo fails before any work
-AutoMap = Enum("AutoMap", {m.replace("-", "_"): m for m in get_args(QuantizeOptions.model_fields["auto_map"].annotation)},
-               type=str)
-
-
-@command("quantize")
-def quantize_cmd(
-    model_dir: Path = typer.Argument(..., metavar="MODEL_DIR", help="The original MiniCPM-SALA checkpoint directory."),
-    out_dir: Path = typer.Argument(..., metavar="OUT", help="Where to write the GPTQ checkpoint (atomically)."),
-    recipe: str = typer.Option(_D.recipe, "--recipe", help="A built-in recipe name or a recipe .toml file."),
-    calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE", help="Calibration file(s); repeatable. Default: built-in prompts."),
-    held_out: Optional[List[Path]] = typer.Option(None, "--held-out", metavar="FILE", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
-    max_len: Optional[int] = typer.Option(None, "--max-len", metavar="TOKENS", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
-    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
-    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
-    device: Device = typer.Option(Device(_D.device), "--device", help="Where to run: a GPU when there is one (auto), cpu or cuda."),
-    force: bool = typer.Option(_D.force, "--force", help="Replace a non-empty output directory."),
-    log: Optional[Path] = typer.Option(None, "--log", metavar="FILE", help="Append the run's log, and the libraries' own output, to this file (default: OUT.log beside OUT)."),
-    max_sanity_loss: float = typer.Option(_D.sanity_max_loss, "--max-sanity-loss", metavar="NATS", help="Stop if the original model's loss exceeds this."),
-    fp16: bool = typer.Option(False, "--fp16", help="Store non-quantized tensors in float16 (default: keep bfloat16)."),
-    auto_map: AutoMap = typer.Option(AutoMap(_D.auto_map), "--auto-map", help="keep, or drop-config (remove auto_map.AutoConfig)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality measurement."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too."),
-) -> Output:
+def quantize_cmd(**given) -> Output:
     """GPTQ-quantize MODEL_DIR with a recipe into OUT, ready for SGLang's gptq_marlin.
 
     The report is written to OUT/soarpack_quant_report.json. It and the
@@ -84,16 +59,26 @@ def quantize_cmd(
     # so imported under the bar its warnings would reach the terminal instead of the run's log.
     import soarpack.quant.run  # noqa: F401
 
-    out = sink(quiet=quiet, verbose=verbose)
-    log = log or default_log_path(out_dir)
+    out = sink(quiet=given.pop("quiet"), verbose=given.pop("verbose"))
+    values = cli_values(QuantizeRequest, given)
+    request = QuantizeRequest.from_cli(values)  # the one validator; a refusal names the flag
+    log = request.log or default_log_path(request.out_dir)
     # off a terminal: plain lines; on an error: the log's path; on Ctrl-C: where it stopped, and exit 130
-    with QuantizeProgress(verbosity=out.verbosity, out_dir=out_dir, log=log) as progress:
-        result = api.quantize(model_dir, out_dir, recipe=recipe, calib=calib, held_out=held_out, rows=rows,
-                              max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log=log,
-                              max_sanity_loss=max_sanity_loss, fp16=fp16, auto_map=auto_map.value,
-                              no_report=no_report, library_output="terminal" if out.verbosity >= 2 else "log",
+    with QuantizeProgress(verbosity=out.verbosity, out_dir=request.out_dir, log=log) as progress:
+        result = api.quantize(**{**values, "log": log}, library_output="terminal" if out.verbosity >= 2 else "log",
                               on_event=progress.render)
-    return Output(result.to_dict(), lambda console: _draw_result(console, result, out_dir, log))
+    return Output(result.to_dict(), lambda console: _draw_result(console, result, request.out_dir, log))
+
+
+# the options are QuantizeRequest's fields; -q and -v are this command's own (over the global ones)
+quantize_cmd.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *typer_parameters(QuantizeRequest),
+    inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result.")),
+    inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too.")),
+], return_annotation=Output)
+quantize_cmd = command("quantize")(quantize_cmd)
 
 
 def default_log_path(out_dir: Path) -> Path:
