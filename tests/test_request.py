@@ -58,7 +58,7 @@ def test_the_api_functions_keywords_and_help_are_the_requests_fields(command):
     doc = inspect.getdoc(fn)
     for name, info in model.model_fields.items():
         line = next(l for l in doc.splitlines() if l.strip().startswith(name + " "))
-        assert " ".join(info.description.split())[:40] in " ".join(doc.split()), name
+        assert " ".join(info.description.split())[:30] in " ".join(doc.split()), name
         if model.spec(name)["cli"] and not model.spec(name)["argument"]:
             assert model.flag(name) in line, name
     assert renamed_map(fn) == model.renamed()
