@@ -12,7 +12,6 @@ Heavy libraries (torch, GPTQModel, transformers) are imported when a function ru
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
@@ -20,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 from soarpack.arguments import checked_arguments
 from soarpack.deprecation import renamed_keywords
 from soarpack.facts import limits
-from soarpack.quant.request import QuantizeRequest
-from soarpack.request import api_signature, parameters_help
+from soarpack.commands.measure import BenchRequest, EvalRequest
+from soarpack.commands.quantize import QuantizeRequest
+from soarpack.request import api_function
 from soarpack.steps import Event, EventCallback, no_events
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
@@ -54,44 +54,24 @@ def _events(on_event: Optional[EventCallback]) -> EventCallback:
     return on_event or no_events
 
 
-def _quantize(*args: Any, **kwargs: Any) -> QuantizeResult:
+def _run_quantize(request: "QuantizeRequest", on_event: Optional[EventCallback]) -> QuantizeResult:
     from soarpack.quant import run as quant_run
 
-    bound = _QUANTIZE_SIGNATURE.bind(*args, **kwargs)
-    bound.apply_defaults()
-    values = dict(bound.arguments)
-    on_event = values.pop("on_event")
-    request = QuantizeRequest.from_api("quantize", values)
     return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=_events(on_event))
 
 
-_QUANTIZE_SIGNATURE = api_signature(QuantizeRequest, positional=2, extra=[
-    inspect.Parameter("on_event", inspect.Parameter.KEYWORD_ONLY, default=None,
-                      annotation=Optional[EventCallback])])
-_quantize.__signature__ = _QUANTIZE_SIGNATURE  # type: ignore[attr-defined]
-_quantize.__doc__ = f"""GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
+quantize = api_function(QuantizeRequest, "quantize", _run_quantize, positional=2, about="""GPTQ-quantize a \
+MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
 
     The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
-    report in OUT/soarpack_quant_report.json. Nothing is printed.
-
-    Parameters (the command's flags; soarpack.quant.request.QuantizeRequest declares them):
-{parameters_help(QuantizeRequest)}
-        on_event         called with each soarpack.steps.Event (phase start/end, a line, a GPTQ layer started)
-
-    Returns a soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
+    report in OUT/soarpack_quant_report.json. Nothing is printed; on_event gets each phase's start and end, a line,
+    a GPTQ layer started. A refusal names the flag (`--rows`).""", returns="""Returns a \
+soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
     sanity_loss, calibration (rows asked and used, and who set each setting), timings, quality (KL mean/max, top-1
-    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.
-
-    Raises soarpack.errors.SoarpackError for bad input (a refusal names the flag, e.g. `--rows`).
-
-    Example:
-        >>> import soarpack
-        >>> tiny = soarpack.tiny_model("tiny", layers=2)
+    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.""",
+    example="""        >>> tiny = soarpack.tiny_model("tiny", layers=2)
         >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
-        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]
-    """
-_quantize.__name__ = _quantize.__qualname__ = "quantize"
-quantize = renamed_keywords(**QuantizeRequest.renamed())(_quantize)
+        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]""")
 
 
 @renamed_keywords(out="output")
@@ -187,119 +167,57 @@ def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Opt
     return summary
 
 
-@renamed_keywords(num_samples="rows", model_path="model_dir", timeout_s="timeout", stall_s="stall_timeout",
-                  deadline_s="deadline")
-@checked_arguments
-def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
-         concurrency: int = 32, rows: Optional[int] = None, timeout: float = limits.EVAL_TIMEOUT_S,
-         stall_timeout: float = 60.0, deadline: Optional[float] = None, retries: int = 0,
-         max_tokens: int = limits.EVAL_MAX_TOKENS, output: Optional[PathLike] = None, resume: bool = False,
-         force: bool = False, label: Optional[str] = None, bundle: Optional[PathLike] = None,
-         on_event: Optional[EventCallback] = None) -> EvalResult:
-    """Score a running server on the correctness set as the platform's eval_model.py does.
-
-    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
-    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
-    measured against the same server and model, from the same data. Nothing is printed.
-
-    Parameters (the command's flags):
-        api_base           server address with its scheme, e.g. "http://127.0.0.1:30000" (--api-base)
-        data               JSONL with {task, question, gold} per line, e.g. perf_public_set.jsonl (--data)
-        model_dir          the served model's folder: stop strings from its generation config and tokenizer, as on
-                           the platform (--model-dir); default: none are sent
-        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
-        concurrency        requests in flight at most (--concurrency); default 32
-        rows               only the first N rows (-n/--rows); default: every row
-        timeout            per-request timeout in seconds (--timeout); default the platform's
-        stall_timeout      fail a reply that started but then sends nothing this long (--stall-timeout); 60
-        deadline           fail a request not answered in full within this long (--deadline); default off
-        retries            send a failed request again up to N times (--retries); the platform does not
-        max_tokens         max_tokens per request (--max-tokens); default the platform's
-        output             the result JSON to write and resume (-o/--output); default: none is written (the
-                           command's default is eval.json)
-        resume             resume `output` although its server or model differ (--resume)
-        force              start `output` over; the old file is kept as NAME.old-N.json (--force)
-        label              what is measured, in your words; recorded (--label)
-        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
-        on_event           called with each soarpack.steps.Event: a "progress" event per scored row (its
-                           `data` is the row's record), "info" for notes
-
-    Returns a soarpack.bench.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 loses score),
-    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.
-
-    Example:
-        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
-        ...                        model_dir="sala-w4", rows=50, output="eval.json")
-        >>> result.ori_accuracy, result.c_factor
-    """
-    from soarpack.bench.evaluate import EvalConfig, check_eval_config, run_eval
+def _run_eval(request: "EvalRequest", on_event: Optional[EventCallback]) -> EvalResult:
+    from soarpack.bench.evaluate import check_eval_config, run_eval
     from soarpack.bench.results import EvalResult
 
-    events = _events(on_event)
-    cfg = EvalConfig(api_base=api_base, data=Path(data), output=_path(output), model_dir=_path(model_dir),
-                     trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout_s=timeout,
-                     max_tokens=max_tokens, stall_s=stall_timeout, deadline_s=deadline, retries=retries,
-                     resume=resume, force=force, label=label)
+    events, cfg = _events(on_event), request.to_config()
     check_eval_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(bundle, events)
+    cfg.bundle = _bundle_identity(request.bundle, events)
     if cfg.model_dir is None:
         events(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
                                      "model's eos tokens)"))
     return EvalResult.from_report(run_eval(cfg, events), cfg.output)
 
 
-@renamed_keywords(num_prompts="rows", tokenizer_dir="model_dir", tokenizer="model_dir", flush_cache="flush",
-                  settle_s="settle", stall_s="stall_timeout", deadline_s="deadline")
-@checked_arguments
-def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike] = None,
-          smax: Optional[PathLike] = None, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
-          output: Optional[PathLike] = None, seed: int = 1, rows: Optional[int] = None, warmup: bool = True,
-          flush: bool = True, settle: float = 1.0, stall_timeout: float = 600.0, deadline: float = 6 * 60 * 60,
-          label: Optional[str] = None, bundle: Optional[PathLike] = None,
-          on_event: Optional[EventCallback] = None) -> BenchResult:
-    """Time the S1, S8 and Smax tiers against a running server with the platform's bench_serving semantics.
+eval = api_function(EvalRequest, "eval", _run_eval, about="""Score a running server on the correctness set as \
+the platform's eval_model.py does.
+
+    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
+    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
+    measured against the same server and model, from the same data. Nothing is written without `output`, nothing
+    printed; on_event gets a "progress" event per scored row (its `data` is the row's record).""",
+    returns="""Returns a soarpack.bench.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 \
+loses score),
+    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.""",
+    example="""        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
+        ...                        model_dir="sala-w4", rows=50, output="eval.json")
+        >>> result.ori_accuracy, result.c_factor""")
+
+
+def _run_bench(request: "BenchRequest", on_event: Optional[EventCallback]) -> BenchResult:
+    from soarpack.bench.results import BenchResult
+    from soarpack.bench.speed import check_bench_config, run_bench
+
+    events, cfg = _events(on_event), request.to_config()
+    check_bench_config(cfg)  # bad settings are refused before the bundle is read
+    cfg.bundle = _bundle_identity(request.bundle, events)
+    return BenchResult.from_report(run_bench(cfg, events), cfg.output)
+
+
+bench = api_function(BenchRequest, "bench", _run_bench, about="""Time the S1, S8 and Smax tiers against a running \
+server with the platform's bench_serving semantics.
 
     The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
-    run (concurrency 1, 8, unbounded). `output` is replaced only when every tier finished; until then the finished
-    tiers are in OUTPUT.partial.json. Nothing is printed.
-
-    Parameters (the command's flags):
-        api_base           server address with its scheme (--api-base)
-        s1, s8, smax       speed JSONL per tier, {question, model_response} per line (--s1, --s8, --smax); a
-                           tier without one is skipped, as on the platform (`soarpack speedset` writes them)
-        model_dir          the served model's folder, whose tokenizer counts max_new_tokens (--model-dir); required
-        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
-        output             the result JSON (-o/--output), what score and compare read; default: none is written
-                           (the command's default is bench.json)
-        seed               shuffle seed (--seed); the platform uses 1
-        rows               only the first N rows after shuffling (-n/--rows)
-        warmup, flush      one warm-up request, and POST /flush_cache, before each tier (--warmup, --flush)
-        settle             seconds to wait after the flush (--settle); default 1
-        stall_timeout      fail a request whose stream sends nothing this long (--stall-timeout); default 600
-        deadline           fail a request not finished within this long (--deadline); default 6 h
-        label              what is measured, in your words; recorded (--label)
-        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
-        on_event           called with each soarpack.steps.Event: "progress" per finished request (phase = tier)
-
-    Returns a soarpack.bench.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, failed,
-    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.
-
-    Example:
-        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
+    run (concurrency 1, 8, unbounded); a tier without its file is skipped, as on the platform. `output` is replaced
+    only when every tier finished; until then the finished tiers are in OUTPUT.partial.json. Nothing is written
+    without `output`, nothing printed; on_event gets "progress" per finished request (phase = tier).""",
+    returns="""Returns a soarpack.bench.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, \
+failed,
+    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.""",
+    example="""        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
         ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
-        >>> {name: tier.duration_s for name, tier in result.tiers.items()}
-    """
-    from soarpack.bench.results import BenchResult
-    from soarpack.bench.speed import BenchConfig, check_bench_config, run_bench
-
-    events = _events(on_event)
-    tiers = {name: Path(path) for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
-    cfg = BenchConfig(api_base=api_base, tiers=tiers, model_dir=_path(model_dir), trust_remote_code=trust_remote_code,
-                      output=_path(output), seed=seed, rows=rows, warmup=warmup, flush_cache=flush, settle_s=settle,
-                      stall_s=stall_timeout, deadline_s=deadline, label=label)
-    check_bench_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(bundle, events)
-    return BenchResult.from_report(run_bench(cfg, events), cfg.output)
+        >>> {name: tier.duration_s for name, tier in result.tiers.items()}""")
 
 
 @checked_arguments

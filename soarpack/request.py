@@ -40,13 +40,18 @@ def _one_or_many(value: Any) -> Any:
 PathList = Annotated[Optional[List[LoosePath]], BeforeValidator(_one_or_many)]
 
 
+_SAME = object()
+
+
 def option(default: Any, *flags: str, help: str, metavar: Optional[str] = None, renamed_from: Sequence[str] = (),
-           cli: bool = True, argument: bool = False) -> Any:
+           old_flags: Sequence[str] = (), cli: bool = True, argument: bool = False, cli_default: Any = _SAME) -> Any:
     """A request field: its default, its flags (`"-n", "--rows"`; none: `--field-name`; an `argument` is
-    positional, MODEL_DIR), its help line, and the old keyword names the API still takes (a DeprecationWarning).
-    `cli=False`: the API's only (the command sets it itself)."""
+    positional, MODEL_DIR), its help line, the old keyword names the API still takes (a DeprecationWarning) and the
+    old flags the command still takes (hidden, with a note). `cli=False`: the API's only (the command sets it
+    itself); `cli_default`: the command's own default where it differs (eval writes eval.json, the API no file)."""
     extra = {"flags": list(flags), "metavar": metavar, "renamed_from": list(renamed_from), "cli": cli,
-             "argument": argument}
+             "argument": argument, "old_flags": list(old_flags),
+             "cli_default": None if cli_default is _SAME else cli_default, "has_cli_default": cli_default is not _SAME}
     return Field(default, description=help, json_schema_extra=extra)
 
 
@@ -140,7 +145,7 @@ def typer_parameters(model: Type[Request]) -> List[inspect.Parameter]:
     params = []
     for name in model.cli_fields():
         info, spec = model.model_fields[name], model.spec(name)
-        default = _default(info)
+        default = spec["cli_default"] if spec.get("has_cli_default") else _default(info)
         choices = _choices(info.annotation)
         shown = default if not choices or default is inspect.Parameter.empty else choice_enum(name, choices)(default)
         typer_default = ... if default is inspect.Parameter.empty else shown
@@ -152,7 +157,24 @@ def typer_parameters(model: Type[Request]) -> List[inspect.Parameter]:
             made = typer.Option(typer_default, *model.flags(name), metavar=spec["metavar"], help=info.description)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=made,
                                         annotation=_cli_annotation(name, info.annotation)))
+        for old in spec.get("old_flags", ()):
+            params.append(inspect.Parameter(_old_name(old), inspect.Parameter.KEYWORD_ONLY,
+                                            default=typer.Option(None, old, hidden=True),
+                                            annotation=Optional[_cli_annotation(name, info.annotation)]))
     return params
+
+
+def _old_name(flag: str) -> str:
+    return "old_" + flag.lstrip("-").replace("-", "_")
+
+
+def old_flag_values(model: Type[Request], kwargs: Dict[str, Any]) -> List[Tuple[str, str, str, Any]]:
+    """(field, its flag, the old flag, the old flag's value) for each old flag of the command, popped from kwargs."""
+    found = []
+    for name in model.cli_fields():
+        for old in model.spec(name).get("old_flags", ()):
+            found.append((name, model.flag(name), old, kwargs.pop(_old_name(old))))
+    return found
 
 
 def cli_values(model: Type[Request], kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -205,9 +227,40 @@ def reference_rows(model: Type[Request], command: str) -> List[str]:
         spec = model.spec(name)
         flag = spec["metavar"] if spec["argument"] else " ".join(model.flags(name)) if spec["cli"] else "-"
         default = _default(info)
-        rows.append(f"| `{flag}` | `{name}` | {'' if default is inspect.Parameter.empty else f'`{default!r}`'} | "
-                    f"{info.description} |")
+        shown = "" if default is inspect.Parameter.empty else f"`{default!r}`"
+        if spec.get("has_cli_default"):
+            shown += f" (the command's: `{spec['cli_default']}`)"
+        rows.append(f"| `{flag}` | `{name}` | {shown} | {info.description} |")
     return rows
+
+
+def api_function(model: Type[Request], name: str, run: Callable[..., Any], *, positional: int = 0, about: str,
+                 returns: str, example: str) -> Callable[..., Any]:
+    """The API function of a command: `name(**fields, on_event=None)`, validated into `model` (a wrong type is one
+    ConfigError naming the keyword), then `run(request, on_event)`. Its signature, help() and old keyword names
+    (DeprecationWarning) come from the model."""
+    from soarpack.deprecation import renamed_keywords
+    from soarpack.steps import EventCallback
+
+    signature = api_signature(model, positional, extra=[inspect.Parameter(
+        "on_event", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[EventCallback])])
+
+    def function(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:  # a missing or unknown keyword: Python's own words name it
+            raise ConfigError(f"soarpack.{name}(): {exc}") from None
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        on_event = values.pop("on_event")
+        return run(model.from_api(name, values), on_event)
+
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = (f"{about}\n\n    Parameters (the command's flags; {model.__module__}.{model.__name__} "
+                        f"declares them):\n{parameters_help(model)}\n        on_event         called with each "
+                        f"soarpack.steps.Event\n\n    {returns}\n\n    Example:\n{example}")
+    return renamed_keywords(**model.renamed())(function)
 
 
 # -- the README's reference section --------------------------------------------------------------------------------
@@ -218,9 +271,10 @@ REFERENCE_END = "<!-- END generated options -->"
 
 def declared_requests() -> Dict[str, Type[Request]]:
     """command -> its request, for every command declared by a typed request so far."""
-    from soarpack.quant.request import QuantizeRequest
+    from soarpack.commands.measure import BenchRequest, EvalRequest
+    from soarpack.commands.quantize import QuantizeRequest
 
-    return {"quantize": QuantizeRequest}
+    return {"quantize": QuantizeRequest, "eval": EvalRequest, "bench": BenchRequest}
 
 
 def reference() -> str:

@@ -1,6 +1,6 @@
 """Each command declared once: the typed request's fields are the command's options (names, short flags, help,
 defaults, choices), the API function's keywords (names, order, defaults, help() lines, old names) and the README's
-reference rows. (So far quantize; the other commands keep tests/test_api.py's parity tests until they move.)"""
+reference rows. (So far quantize, eval and bench; the other commands keep tests/test_api.py's parity tests until they move.)"""
 
 from __future__ import annotations
 
@@ -34,16 +34,23 @@ def test_the_commands_options_are_the_requests_fields(command):
         if spec["argument"]:
             assert param.param_type_name == "argument" and param.metavar == spec["metavar"] and param.required
             continue
-        assert sorted(param.opts) == sorted(model.flags(name)), name
+        declared = [f for flag in model.flags(name) for f in flag.split("/")]  # --warmup/--no-warmup: both
+        assert sorted([*param.opts, *param.secondary_opts]) == sorted(declared), name
+        for old in spec["old_flags"]:
+            assert params["old_" + old.lstrip("-").replace("-", "_")].hidden, old
         default = param.default.value if hasattr(param.default, "value") else param.default
-        assert default == info.default, name
+        if info.is_required():
+            assert param.required, name
+        else:
+            assert default == (spec["cli_default"] if spec["has_cli_default"] else info.default), name
         choices = next((get_args(a) for a in (info.annotation, *get_args(info.annotation))
                         if getattr(a, "__origin__", None) is not None and "Literal" in repr(a)), None)
         if choices:
             assert tuple(c.value for c in param.type_descriptor.annotation) == choices, name
     api_only = set(model.model_fields) - set(model.cli_fields())
     own = {"quiet", "verbose", "json_alias"}  # presentation: the command's own, never the request's
-    assert set(params) - own == set(model.cli_fields()) and not api_only & set(params)
+    olds = {p for p in params if p.startswith("old_")}
+    assert set(params) - own - olds == set(model.cli_fields()) and not api_only & set(params)
 
 
 @pytest.mark.parametrize("command", DECLARED)
@@ -58,7 +65,7 @@ def test_the_api_functions_keywords_and_help_are_the_requests_fields(command):
     doc = inspect.getdoc(fn)
     for name, info in model.model_fields.items():
         line = next(l for l in doc.splitlines() if l.strip().startswith(name + " "))
-        assert " ".join(info.description.split())[:30] in " ".join(doc.split()), name
+        assert " ".join(info.description.rstrip(".").split())[:30] in " ".join(doc.split()), name
         if model.spec(name)["cli"] and not model.spec(name)["argument"]:
             assert model.flag(name) in line, name
     assert renamed_map(fn) == model.renamed()

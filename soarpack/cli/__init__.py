@@ -52,6 +52,18 @@ def renamed(value, old_value, flag: str, old_flag: str):
     return old_value
 
 
+def request_values(model, given: dict) -> dict:
+    """A command's parsed options as its typed request's values: old hidden flags merged into their new ones (with
+    the note `renamed` prints), choices as their strings."""
+    from soarpack.request import cli_values, old_flag_values
+
+    olds = old_flag_values(model, given)
+    values = cli_values(model, given)
+    for name, flag, old_flag, old_value in olds:
+        values[name] = renamed(values[name], old_value, flag, old_flag)
+    return values
+
+
 def required(value, flag: str):
     """Refuse a missing option that is required but has a hidden alias (so Typer cannot require it itself)."""
     if value is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import inspect
 import json
 import time
 from contextlib import contextmanager
@@ -16,17 +17,13 @@ from typing import Callable, Iterator, List, Optional
 
 import typer
 
-from soarpack.cli import command, err_console, renamed, required
+from soarpack.cli import command, err_console, renamed, request_values, required
+from soarpack.commands.measure import TRUST_HELP as _TRUST_HELP, BenchRequest, EvalRequest
 from soarpack.cli.output import NORMAL, STATE, Output, Verdict, sink
 from soarpack.errors import SoarpackError
 from soarpack.facts import limits, scoring as platform_scoring
 from soarpack.printable import printable
-
-_API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
-_LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
-_BUNDLE_HELP = "The bundle the server's checkpoint came from: its id, sha256, profile and recipe are recorded."
-_TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py), as the platform's bench_serving "
-               "does; only for a folder you trust. Off: its files are read as data.")
+from soarpack.request import typer_parameters
 
 
 def _note(event) -> None:
@@ -90,45 +87,7 @@ def progress_bars(label: str) -> Iterator[Callable[[str, int, Optional[int], str
     yield update
 
 
-@command("eval")
-def eval_cmd(
-    api_base: str = typer.Option(..., "--api-base", metavar="URL", help=_API_HELP),
-    data: Path = typer.Option(..., "--data", metavar="FILE",
-                              help="JSONL with {task, question, gold} per line (perf_public_set.jsonl)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir: stop strings come from its generation config "
-                                                  "and tokenizer, as on the platform."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
-    concurrency: int = typer.Option(32, "--concurrency", metavar="N", help="Requests in flight at most."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", help="Only the first N rows."),
-    timeout: float = typer.Option(limits.EVAL_TIMEOUT_S, "--timeout", metavar="SECONDS",
-                                  help="Per-request timeout (> 0); a timeout scores 0."),
-    stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
-                                        help="Fail a request whose reply has started but then sends no byte for "
-                                             "this long (waiting for it to start is bounded by --timeout)."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", metavar="SECONDS",
-                                             help="Fail a request not answered in full within this long, however "
-                                                  "its bytes trickle in. Off by default, as on the platform "
-                                                  "(whose timeout is per read, like --timeout)."),
-    retries: int = typer.Option(0, "--retries", metavar="N",
-                                help="Send a failed request again up to N times (the platform does not retry: "
-                                     "a failed row scores 0). The report gives the accuracy with and without."),
-    max_tokens: int = typer.Option(limits.EVAL_MAX_TOKENS, "--max-tokens", metavar="N",
-                                   help=f"max_tokens per request, at least 1 (the platform sends {limits.EVAL_MAX_TOKENS})."),
-    output: Path = typer.Option(Path("eval.json"), "-o", "--output", metavar="FILE",
-                                help="Result JSON. An existing one is resumed only if it was measured against the "
-                                     "same --api-base and model, from the same data."),
-    resume: bool = typer.Option(False, "--resume",
-                                help="Resume OUTPUT although its server or model differ (e.g. the same "
-                                     "checkpoint on another port); the file lists both servers. Rows asked of "
-                                     "another model id are sent again."),
-    force: bool = typer.Option(False, "--force",
-                               help="Start OUTPUT over; the old file is kept beside as NAME.old-N.json."),
-    label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    old_model_path: Optional[Path] = typer.Option(None, "--model-path", hidden=True),
-    old_num_samples: Optional[int] = typer.Option(None, "--num-samples", hidden=True),
-) -> Output:
+def eval_cmd(**given) -> Output:
     """Score a running server on the correctness set as the platform's eval_model.py does.
 
     Exits 1 when any request failed (the run is incomplete; run it again to resend the failed rows).
@@ -145,8 +104,8 @@ def eval_cmd(
     from soarpack.bench.compare import eval_gate
     from soarpack.cli.tables import print_eval
 
-    model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
-    rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
+    values = request_values(EvalRequest, given)
+    EvalRequest.from_cli(values)  # a wrong value is refused by its flag (the bounds: the library's, in api.eval)
     scores = []
     with progress_bars("eval") as update:
         def on_event(event) -> None:
@@ -157,13 +116,14 @@ def eval_cmd(
             note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
             update("rows", event.done, event.total, note)
 
-        report = api.eval(api_base=api_base, data=data, output=output, model_dir=model_dir,
-                          trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout=timeout,
-                          max_tokens=max_tokens, stall_timeout=stall_timeout, deadline=deadline, retries=retries,
-                          resume=resume, force=force, label=label, bundle=bundle, on_event=on_event).to_dict()
-    _say(f"wrote {output}")
+        report = api.eval(**values, on_event=on_event).to_dict()
+    _say(f"wrote {values['output']}")
     data = {**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()}
     return Output(data, lambda console: print_eval(console, report), _eval_verdict(report))
+
+
+eval_cmd.__signature__ = inspect.Signature(typer_parameters(EvalRequest), return_annotation=Output)  # type: ignore
+eval_cmd = command("eval")(eval_cmd)
 
 
 def _eval_verdict(report: dict) -> Optional[Verdict]:
@@ -178,36 +138,7 @@ def _eval_verdict(report: dict) -> Optional[Verdict]:
     return None
 
 
-@command("bench")
-def bench_cmd(
-    api_base: str = typer.Option(..., "--api-base", metavar="URL", help=_API_HELP),
-    s1: Optional[Path] = typer.Option(None, "--s1", metavar="FILE",
-                                      help="Speed JSONL for S1 (concurrency 1); tier skipped if absent."),
-    s8: Optional[Path] = typer.Option(None, "--s8", metavar="FILE", help="Speed JSONL for S8 (concurrency 8)."),
-    smax: Optional[Path] = typer.Option(None, "--smax", metavar="FILE", help="Speed JSONL for Smax (no cap)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir whose tokenizer counts max_new_tokens. "
-                                                  "[required]"),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
-    output: Path = typer.Option(Path("bench.json"), "-o", "--output", metavar="FILE",
-                                help="Result JSON (what score and compare read)."),
-    seed: int = typer.Option(1, "--seed", metavar="N", help="Shuffle seed (the platform uses 1)."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N",
-                                       help="Only the first N rows after shuffling."),
-    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One warm-up request per tier, as the platform."),
-    flush: bool = typer.Option(True, "--flush/--no-flush", help="POST /flush_cache before each tier, as the platform."),
-    settle: float = typer.Option(1.0, "--settle", metavar="SECONDS",
-                                 help="Wait after the flush before timing (bench_serving waits 1)."),
-    stall_timeout: float = typer.Option(600.0, "--stall-timeout", metavar="SECONDS",
-                                        help="Fail a request whose stream sends no byte for this long."),
-    deadline: float = typer.Option(6 * 60 * 60, "--deadline", metavar="SECONDS",
-                                   help="Fail a request not finished within this long (bench_serving's total "
-                                        "timeout per request: 6 h)."),
-    label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-    old_num_prompts: Optional[int] = typer.Option(None, "--num-prompts", hidden=True),
-) -> Output:
+def bench_cmd(**given) -> Output:
     """Time S1, S8 and Smax against a running server with the platform's bench_serving semantics.
 
     The output is replaced only when every tier finished; until then tiers go to OUTPUT.partial.json. Exits 1 when
@@ -223,8 +154,9 @@ def bench_cmd(
     from soarpack.bench.speed import partial_path
     from soarpack.cli.tables import print_bench
 
-    model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
-    rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
+    values = request_values(BenchRequest, given)
+    BenchRequest.from_cli(values)  # a wrong value is refused by its flag (the bounds: the library's, in api.bench)
+    output = values["output"]
     partial_before = _file_identity(partial_path(output))
     with progress_bars("bench") as update:
         def on_event(event) -> None:
@@ -233,10 +165,7 @@ def bench_cmd(
             update(event.phase, event.done, event.total, "")
 
         try:
-            report = api.bench(api_base=api_base, s1=s1, s8=s8, smax=smax, model_dir=model_dir,
-                               trust_remote_code=trust_remote_code, output=output, seed=seed, rows=rows, warmup=warmup,
-                               flush=flush, settle=settle, stall_timeout=stall_timeout, deadline=deadline, label=label,
-                               bundle=bundle, on_event=on_event).to_dict()
+            report = api.bench(**values, on_event=on_event).to_dict()
         except KeyboardInterrupt:
             # shown even with -q, as an error is: the user must know what is (and is not) on disk
             err_console.print(f"interrupted: {printable(output)} was left as it was; "
@@ -245,6 +174,10 @@ def bench_cmd(
             raise typer.Exit(130) from None
     _say(f"wrote {output}")
     return Output(report, lambda console: print_bench(console, report), _bench_verdict(report))
+
+
+bench_cmd.__signature__ = inspect.Signature(typer_parameters(BenchRequest), return_annotation=Output)  # type: ignore
+bench_cmd = command("bench")(bench_cmd)
 
 
 def _bench_verdict(report: dict) -> Optional[Verdict]:

@@ -15,7 +15,7 @@ from soarpack.errors import CheckpointError, ConfigError
 from soarpack.printable import printable
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
-from soarpack.quant.request import QuantizeRequest
+from soarpack.commands.quantize import QuantizeRequest
 from soarpack.request import cli_values, typer_parameters
 
 
