@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 from soarpack.arguments import checked_arguments
 from soarpack.deprecation import renamed_keywords
 from soarpack.facts import limits
-from soarpack.commands.measure import BenchRequest, EvalRequest
+from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
 from soarpack.commands.quantize import QuantizeRequest
 from soarpack.request import api_function
 from soarpack.steps import Event, EventCallback, no_events
@@ -220,77 +220,52 @@ failed,
         >>> {name: tier.duration_s for name, tier in result.tiers.items()}""")
 
 
-@checked_arguments
-def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[PathLike] = None,
-          best_s1: Optional[float] = None, best_s8: Optional[float] = None,
-          best_smax: Optional[float] = None) -> ScoreResult:
-    """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours per tier.
-
-    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
-    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
-    file's tier.
-
-    Parameters (the command's flags):
-        ours       our bench JSON (soarpack bench -o) (--ours)
-        eval       our eval JSON (--eval); without it C = 1 is assumed (`c_assumed`)
-        best       a bench JSON holding the best durations (--best)
-        best_s1, best_s8, best_smax
-                   best duration of a tier in seconds (--best-s1, --best-s8, --best-smax)
-
-    Returns a soarpack.bench.results.ScoreResult: tier_scores, speed_score, c_factor, final_score, ours_s, best_s.
-    Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had failures.
-
-    Example:
-        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90).final_score
-    """
+def _run_score(request: "ScoreRequest", on_event: Optional[EventCallback]) -> ScoreResult:
     from soarpack.bench.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.bench.results import ScoreResult
 
-    best_durations = durations_from_bench(Path(best)) if best is not None else {}
-    for tier, value in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)):
-        if value is not None:
-            best_durations[tier] = value
-    overall = overall_from_eval(Path(eval)) if eval is not None else None
-    return ScoreResult(**final_score(durations_from_bench(Path(ours)), best_durations, overall))
+    best = durations_from_bench(request.best) if request.best is not None else {}
+    overall = overall_from_eval(request.eval) if request.eval is not None else None
+    return ScoreResult(**final_score(durations_from_bench(request.ours), {**best, **request.best_given()}, overall))
 
 
-@checked_arguments
-def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optional[float] = None,
-            best_smax: Optional[float] = None, chart: Optional[PathLike] = None,
-            on_event: Optional[EventCallback] = None) -> CompareResult:
-    """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final, and each run's gate.
+score = api_function(ScoreRequest, "score", _run_score, about="""The competition's final score: (0.4 S1 + 0.3 S8 \
++ 0.3 Smax) x C, with S = 100 x best / ours per tier.
 
-    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
-    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
+    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
+    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
+    file's tier. Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had
+    failures.""", returns="""Returns a soarpack.bench.results.ScoreResult: tier_scores, speed_score, c_factor, \
+final_score, ours_s, best_s.""",
+    example="""        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90)""")
 
-    Parameters (the command's flags):
-        results    eval and bench result files (RESULTS)
-        best_s1, best_s8, best_smax
-                   best time of a tier in seconds (--best-s1, --best-s8, --best-smax)
-        chart      also draw bench tiers and accuracy per task into this PNG (--chart; needs matplotlib)
-        on_event   called with an "info" event naming the chart written
 
-    Returns a soarpack.bench.results.CompareResult: runs (soarpack.bench.compare.Run: accuracy, gate, c, scores,
-    final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command prints
-    (`table`, `md`, `csv` or `json`).
-
-    Example:
-        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
-        >>> print(runs.render("md")); runs.below_gate
-    """
+def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -> CompareResult:
     from soarpack.bench.compare import load_runs, score_runs
     from soarpack.bench.results import CompareResult
     from soarpack.bundle.risks import evidence_risk_lines
 
-    paths = _paths(results) or []
+    paths = list(request.results or [])
     runs = load_runs(paths, risks=evidence_risk_lines)
-    best = score_runs(runs, {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax))
-                             if v is not None})
-    if chart is not None:
+    best = score_runs(runs, request.best_given())
+    if request.chart is not None:
         from soarpack.bench.chart import write_chart
 
-        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, Path(chart), inputs=paths)}"))
+        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
     return CompareResult(runs, best)
+
+
+compare = api_function(CompareRequest, "compare", _run_compare, positional=1, about="""Runs side by side: ori, \
+margin, interval, C, S1/S8/Smax, final, and each run's gate.
+
+    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
+    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
+    on_event gets an "info" event naming the chart written.""", returns="""Returns a \
+soarpack.bench.results.CompareResult: runs (soarpack.bench.compare.Run: accuracy, gate, c,
+    scores, final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command
+    prints (`table`, `md`, `csv` or `json`).""",
+    example="""        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
+        >>> print(runs.render("md")); runs.below_gate""")
 
 
 @checked_arguments

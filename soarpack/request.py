@@ -271,10 +271,11 @@ REFERENCE_END = "<!-- END generated options -->"
 
 def declared_requests() -> Dict[str, Type[Request]]:
     """command -> its request, for every command declared by a typed request so far."""
-    from soarpack.commands.measure import BenchRequest, EvalRequest
+    from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
     from soarpack.commands.quantize import QuantizeRequest
 
-    return {"quantize": QuantizeRequest, "eval": EvalRequest, "bench": BenchRequest}
+    return {"quantize": QuantizeRequest, "eval": EvalRequest, "bench": BenchRequest, "score": ScoreRequest,
+            "compare": CompareRequest}
 
 
 def reference() -> str:

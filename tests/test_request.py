@@ -1,6 +1,6 @@
 """Each command declared once: the typed request's fields are the command's options (names, short flags, help,
 defaults, choices), the API function's keywords (names, order, defaults, help() lines, old names) and the README's
-reference rows. (So far quantize, eval and bench; the other commands keep tests/test_api.py's parity tests until they move.)"""
+reference rows. (So far quantize, eval, bench, score and compare; the other commands keep tests/test_api.py's parity tests until they move.)"""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_the_commands_options_are_the_requests_fields(command):
         if choices:
             assert tuple(c.value for c in param.type_descriptor.annotation) == choices, name
     api_only = set(model.model_fields) - set(model.cli_fields())
-    own = {"quiet", "verbose", "json_alias"}  # presentation: the command's own, never the request's
+    own = {"quiet", "verbose", "json_alias", "table"}  # presentation (compare --table): the command's own
     olds = {p for p in params if p.startswith("old_")}
     assert set(params) - own - olds == set(model.cli_fields()) and not api_only & set(params)
 

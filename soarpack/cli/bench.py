@@ -18,7 +18,7 @@ from typing import Callable, Iterator, List, Optional
 import typer
 
 from soarpack.cli import command, err_console, renamed, request_values, required
-from soarpack.commands.measure import TRUST_HELP as _TRUST_HELP, BenchRequest, EvalRequest
+from soarpack.commands.measure import TRUST_HELP as _TRUST_HELP, BenchRequest, CompareRequest, EvalRequest, ScoreRequest
 from soarpack.cli.output import NORMAL, STATE, Output, Verdict, sink
 from soarpack.errors import SoarpackError
 from soarpack.facts import limits, scoring as platform_scoring
@@ -267,19 +267,7 @@ def speedset_cmd(
     return Output(data, lambda console: print_speedset(console, buckets, hist, summary))
 
 
-@command("score")
-def score_cmd(
-    ours: Path = typer.Option(..., "--ours", metavar="FILE", help="Our bench JSON (soarpack bench -o)."),
-    eval_json: Optional[Path] = typer.Option(None, "--eval", metavar="FILE",
-                                             help="Our eval JSON; without it C = 1 is assumed."),
-    best: Optional[Path] = typer.Option(None, "--best", metavar="FILE",
-                                        help="A bench JSON whose durations count as the best (e.g. a run of your "
-                                             "own, to compare against it)."),
-    best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
-                                            help="Best S1 duration, from the leaderboard (overrides --best)."),
-    best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 duration."),
-    best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax duration."),
-) -> Output:
+def score_cmd(**given) -> Output:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours.
 
     A tier's best time is the shortest benchmark duration any team has on the competition's leaderboard; soarpack
@@ -294,13 +282,18 @@ def score_cmd(
     from soarpack import api
     from soarpack.cli.tables import print_score
 
-    result = api.score(ours=ours, eval=eval_json, best=best, best_s1=best_s1, best_s8=best_s8,
-                       best_smax=best_smax).to_dict()
+    values = request_values(ScoreRequest, given)
+    ScoreRequest.from_cli(values)
+    result = api.score(**values).to_dict()
     verdict = None
     if result["c_factor"] < 1:
         verdict = BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
                              f"{result['final_score']:.2f} is below full credit", f"C = 1 needs ori accuracy > {platform_scoring.FULL_CREDIT_ORI:g}")
     return Output(result, lambda console: print_score(console, result), verdict)
+
+
+score_cmd.__signature__ = inspect.Signature(typer_parameters(ScoreRequest), return_annotation=Output)  # type: ignore
+score_cmd = command("score")(score_cmd)
 
 
 class TableStyle(str, enum.Enum):
@@ -315,20 +308,7 @@ class _OldCompareFormat(str, enum.Enum):  # `compare --format md|csv|json|table`
     json = "json"
 
 
-@command("compare")
-def compare_cmd(
-    results: List[Path] = typer.Argument(..., metavar="RESULTS", show_default=False,
-                                         help="JSON files of soarpack eval and bench (grouped as above)."),
-    table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
-                                               help="The table as Markdown or CSV instead of aligned text."),
-    old_fmt: Optional[_OldCompareFormat] = typer.Option(None, "--format", hidden=True),
-    chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
-                                         help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
-    best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
-                                            help="Best S1 time (default: the fastest compared run's)."),
-    best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 time."),
-    best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax time."),
-) -> Output:
+def compare_cmd(**given) -> Output:
     """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final. Exit 1 if a run is below the gate.
 
     ori is the eval's ori_accuracy, margin its distance to the full-credit line (C = 1 above it), ci95 a 95% interval
@@ -346,6 +326,9 @@ def compare_cmd(
     """
     from soarpack import api
 
+    table, old_fmt = given.pop("table"), given.pop("old_fmt")
+    values = request_values(CompareRequest, given)
+    CompareRequest.from_cli(values)
     if old_fmt is not None:
         err_console.print(f"note: compare --format {old_fmt.value} is now "
                           + ("--json" if old_fmt.value == "json" else f"--table {old_fmt.value}"
@@ -354,8 +337,7 @@ def compare_cmd(
         if old_fmt.value == "json":
             STATE.format = "json"
         table = table or (TableStyle(old_fmt.value) if old_fmt.value in ("md", "csv") else None)
-    compared = api.compare(results, best_s1=best_s1, best_s8=best_s8, best_smax=best_smax, chart=chart,
-                           on_event=lambda event: _say(event.message))
+    compared = api.compare(**values, on_event=lambda event: _say(event.message))
     runs = compared.runs
     for run in runs:
         if run.at_risk:
@@ -364,3 +346,14 @@ def compare_cmd(
     verdict = BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
                              "the platform multiplies such a run's speed score by C") if below else None
     return Output(json.loads(compared.render("json")), compared.render(table.value if table else "table"), verdict)
+
+
+# RESULTS and the numbers are CompareRequest's; the table's style is the command's own
+compare_cmd.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *typer_parameters(CompareRequest),
+    inspect.Parameter("table", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[TableStyle], default=typer.Option(
+        None, "--table", metavar="md|csv", help="The table as Markdown or CSV instead of aligned text.")),
+    inspect.Parameter("old_fmt", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[_OldCompareFormat],
+                      default=typer.Option(None, "--format", hidden=True)),
+], return_annotation=Output)
+compare_cmd = command("compare")(compare_cmd)

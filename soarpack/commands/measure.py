@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from soarpack.facts import limits
-from soarpack.request import LoosePath, Request, option
+from soarpack.request import LoosePath, PathList, Request, option
 
 API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
 LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
@@ -100,3 +100,33 @@ class BenchRequest(Request):
                            trust_remote_code=self.trust_remote_code, output=self.output, seed=self.seed,
                            rows=self.rows, warmup=self.warmup, flush_cache=self.flush, settle_s=self.settle,
                            stall_s=self.stall_timeout, deadline_s=self.deadline, label=self.label)
+
+
+class ScoreRequest(Request):
+    ours: LoosePath = option(..., "--ours", metavar="FILE", help="Our bench JSON (soarpack bench -o).")
+    eval: Optional[LoosePath] = option(None, "--eval", metavar="FILE",
+                                       help="Our eval JSON; without it C = 1 is assumed.")
+    best: Optional[LoosePath] = option(None, "--best", metavar="FILE",
+                                       help="A bench JSON whose durations count as the best (e.g. a run of your own, "
+                                            "to compare against it).")
+    best_s1: Optional[float] = option(None, "--best-s1", metavar="SECONDS",
+                                      help="Best S1 duration, from the leaderboard (overrides --best).")
+    best_s8: Optional[float] = option(None, "--best-s8", metavar="SECONDS", help="Best S8 duration.")
+    best_smax: Optional[float] = option(None, "--best-smax", metavar="SECONDS", help="Best Smax duration.")
+
+    def best_given(self) -> dict:
+        return {t: v for t, v in (("s1", self.best_s1), ("s8", self.best_s8), ("smax", self.best_smax)) if v is not None}
+
+
+class CompareRequest(Request):
+    results: PathList = option(..., argument=True, metavar="RESULTS",
+                               help="JSON files of soarpack eval and bench (grouped as above).")
+    chart: Optional[LoosePath] = option(None, "--chart", metavar="PNG",
+                                        help="Also draw bench tiers and accuracy per task (needs the plot extra).")
+    best_s1: Optional[float] = option(None, "--best-s1", metavar="SECONDS",
+                                      help="Best S1 time (default: the fastest compared run's).")
+    best_s8: Optional[float] = option(None, "--best-s8", metavar="SECONDS", help="Best S8 time.")
+    best_smax: Optional[float] = option(None, "--best-smax", metavar="SECONDS", help="Best Smax time.")
+
+    def best_given(self) -> dict:
+        return {t: v for t, v in (("s1", self.best_s1), ("s8", self.best_s8), ("smax", self.best_smax)) if v is not None}
