@@ -313,12 +313,12 @@ def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None,
     Example:
         >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
     """
-    from soarpack.sala.tiny import make_tiny_model
     from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
 
     kinds = mixer_types(pattern)
     check_tiny_shape(layers=len(kinds) if kinds else layers, hidden=hidden, intermediate=intermediate, heads=heads,
-                     kv_heads=kv_heads, vocab=vocab)
+                     kv_heads=kv_heads, vocab=vocab)  # before torch is imported
+    from soarpack.sala.tiny import make_tiny_model
     return make_tiny_model(out, num_layers=layers, mixer_types=kinds, hidden_size=hidden,
                            intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
                            lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)

@@ -118,6 +118,7 @@ found = soarpack.diagnose([log])
 """
 
 
+@pytest.mark.needs_torch  # without torch, importing transformers (bench's tokenizer) warns "PyTorch was not found"
 def test_build_check_eval_bench_score_compare_diagnose_print_nothing_at_the_fd_level(tmp_path):
     from under_test import SOARPACK_ROOT
 

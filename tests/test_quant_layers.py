@@ -15,7 +15,7 @@ LAYERS = {
     "__init__": 0, "errors": 0, "_toml": 0, "facts": 0, "schema": 0, "steps": 0, "printable": 0, "fsutil": 1, "inputs": 1,
     "evidence": 1, "cachelock": 0, "cachemark": 1, "imagestack": 1, "cache": 1, "envinfo": 1, "sala": 2, "recipe": 3, "quant": 4,
     "serve": 5, "bench": 5, "kernels": 5, "bundle": 6, "diagnose": 6, "rehearse": 7, "api": 8, "cli": 9, "__main__": 10,
-    "apinames": 0, "deprecation": 0,
+    "apinames": 0, "deprecation": 0, "arguments": 0, "asyncrun": 0, "request": 1, "commands": 7,
 }
 
 

@@ -14,7 +14,7 @@ import typer.main
 from soarpack import api
 from soarpack.cli import app
 from soarpack.deprecation import renamed_map
-from soarpack.request import REFERENCE_BEGIN, REFERENCE_END, declared_requests, reference
+from soarpack.commands import REFERENCE_BEGIN, REFERENCE_END, declared_requests, reference
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = declared_requests()
@@ -75,7 +75,7 @@ def test_the_readme_reference_is_the_rendering_of_the_requests():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = text.index(REFERENCE_BEGIN), text.index(REFERENCE_END) + len(REFERENCE_END)
     assert text[start:end] + "\n" == reference(), \
-        "README.md is stale: paste the output of `python -m soarpack.request` between its markers"
+        "README.md is stale: paste the output of `python -m soarpack.commands` between its markers"
     for command, model in DECLARED.items():
         for name in model.model_fields:
             assert f"| `{name}` |" in text[start:end], name

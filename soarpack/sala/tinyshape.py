@@ -9,8 +9,8 @@ from soarpack.errors import ConfigError
 from soarpack.sala.config import LIGHTNING, SPARSE
 
 HEAD_DIM = 128
-MAX_PARAMETERS = 1_000_000_000  # 2 GB in bfloat16: far past "tiny", still writable
-BOUNDS = {"layers": (1, 256), "hidden": (1, 16384), "intermediate": (1, 65536), "heads": (1, 128),
+MAX_PARAMETERS = 1_000_000_000  # two bytes each in bfloat16: far past "tiny", still writable
+BOUNDS = {"layers": (1, 256), "hidden": (1, 16384), "intermediate": (1, 64 * 1024), "heads": (1, 128),
           "kv_heads": (1, 128), "vocab": (300, 1_000_000)}  # vocab: 256 bytes + the tokenizer's merges
 
 
