@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
+from soarpack.arguments import checked_arguments
 from soarpack.deprecation import renamed_keywords
-from soarpack.facts import limits
+from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
+from soarpack.commands.quantize import QuantizeRequest
+from soarpack.request import api_function
 from soarpack.steps import Event, EventCallback, no_events
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
@@ -50,64 +53,28 @@ def _events(on_event: Optional[EventCallback]) -> EventCallback:
     return on_event or no_events
 
 
-@renamed_keywords(log_file="log", sanity_max_loss="max_sanity_loss")
-def quantize(model_dir: PathLike, out_dir: PathLike, *, recipe: Optional[str] = None, calib: Paths = None,
-             held_out: Paths = None, rows: Optional[int] = None, max_len: Optional[int] = None,
-             seed: Optional[int] = None, batch: Optional[int] = None, device: str = "auto", force: bool = False,
-             log: Optional[PathLike] = None, max_sanity_loss: Optional[float] = None, fp16: bool = False,
-             auto_map: str = "keep", no_report: bool = False, library_output: str = "log",
-             on_event: Optional[EventCallback] = None) -> QuantizeResult:
-    """GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
+def _run_quantize(request: "QuantizeRequest", on_event: Optional[EventCallback]) -> QuantizeResult:
+    from soarpack.quant import run as quant_run
+
+    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=_events(on_event))
+
+
+quantize = api_function(QuantizeRequest, "quantize", _run_quantize, positional=2, about="""GPTQ-quantize a \
+MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
 
     The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
-    report in OUT/soarpack_quant_report.json. Nothing is printed.
-
-    Parameters (the command's flags):
-        model_dir        the original checkpoint directory (MODEL_DIR)
-        out_dir          where to write the quantized checkpoint (OUT); must not exist or be empty unless `force`
-        recipe           a built-in recipe name (`soarpack recipes`) or a recipe .toml path; default "w4-mlp"
-        calib            calibration file(s), JSONL or text (--calib); default: the built-in prompts
-        held_out         held-out file(s) for the sanity loss and KL (--held-out); default: built-in prompts
-        rows, max_len, seed, batch
-                         calibration rows, tokens per row, seed, rows per forward (--rows, --max-len, --seed,
-                         --batch); default: the recipe's, else soarpack's (256, 2048, 0, 8)
-        device           "auto" (a GPU when there is one), "cpu" or "cuda" (--device)
-        force            replace a non-empty OUT (--force)
-        log              append the run's log, and the libraries' own output, to this file (--log); default: no
-                         log file, and the libraries' own output (GPTQModel's banner, torch's warnings) is dropped
-        max_sanity_loss  stop if the original model's loss on the held-out rows exceeds this many nats
-                         (--max-sanity-loss); default 8.0
-        fp16             store the non-quantized tensors in float16 instead of bfloat16 (--fp16)
-        auto_map         "keep", or "drop-config" to remove auto_map.AutoConfig (--auto-map)
-        no_report        skip the KL quality measurement (--no-report)
-        library_output   "log" (default) or "terminal": where the libraries' own output goes while the run lasts
-        on_event         called with each soarpack.steps.Event (phase start/end, a line, a GPTQ layer started)
-
-    Returns a soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
+    report in OUT/soarpack_quant_report.json. Nothing is printed; on_event gets each phase's start and end, a line,
+    a GPTQ layer started. A refusal names the flag (`--rows`).""", returns="""Returns a \
+soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
     sanity_loss, calibration (rows asked and used, and who set each setting), timings, quality (KL mean/max, top-1
-    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.
-
-    Raises soarpack.errors.SoarpackError for bad input (a refusal names the flag, e.g. `--rows`).
-
-    Example:
-        >>> import soarpack
-        >>> tiny = soarpack.tiny_model("tiny", layers=2)
+    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.""",
+    example="""        >>> tiny = soarpack.tiny_model("tiny", layers=2)
         >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
-        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]
-    """
-    from soarpack.quant import run as quant_run
-    from soarpack.quant.options import quantize_options
-
-    given: Dict[str, Any] = dict(recipe=recipe, sanity_max_loss=max_sanity_loss)
-    opts = quantize_options(**{k: v for k, v in given.items() if v is not None}, calib=_paths(calib),
-                            held_out=_paths(held_out), rows=rows, max_len=max_len, seed=seed, batch=batch,
-                            device=device, force=force, log_file=_path(log),
-                            float_dtype="float16" if fp16 else "bfloat16", auto_map=auto_map, quality=not no_report,
-                            library_output=library_output)
-    return quant_run.quantize(model_dir, out_dir, opts, on_event=_events(on_event))
+        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]""")
 
 
 @renamed_keywords(out="output")
+@checked_arguments
 def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
           calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
           output: Optional[PathLike] = None, force: bool = False,
@@ -146,6 +113,7 @@ def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang
 
 
 @renamed_keywords(sglang_fork="sglang_src")
+@checked_arguments
 def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
           keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
           strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
@@ -198,196 +166,114 @@ def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Opt
     return summary
 
 
-@renamed_keywords(num_samples="rows", model_path="model_dir", timeout_s="timeout", stall_s="stall_timeout",
-                  deadline_s="deadline")
-def eval(*, api_base: str, data: PathLike, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
-         concurrency: int = 32, rows: Optional[int] = None, timeout: float = limits.EVAL_TIMEOUT_S,
-         stall_timeout: float = 60.0, deadline: Optional[float] = None, retries: int = 0,
-         max_tokens: int = limits.EVAL_MAX_TOKENS, output: Optional[PathLike] = None, resume: bool = False,
-         force: bool = False, label: Optional[str] = None, bundle: Optional[PathLike] = None,
-         on_event: Optional[EventCallback] = None) -> EvalResult:
-    """Score a running server on the correctness set as the platform's eval_model.py does.
-
-    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
-    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
-    measured against the same server and model, from the same data. Nothing is printed.
-
-    Parameters (the command's flags):
-        api_base           server address with its scheme, e.g. "http://127.0.0.1:30000" (--api-base)
-        data               JSONL with {task, question, gold} per line, e.g. perf_public_set.jsonl (--data)
-        model_dir          the served model's folder: stop strings from its generation config and tokenizer, as on
-                           the platform (--model-dir); default: none are sent
-        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
-        concurrency        requests in flight at most (--concurrency); default 32
-        rows               only the first N rows (-n/--rows); default: every row
-        timeout            per-request timeout in seconds (--timeout); default the platform's
-        stall_timeout      fail a reply that started but then sends nothing this long (--stall-timeout); 60
-        deadline           fail a request not answered in full within this long (--deadline); default off
-        retries            send a failed request again up to N times (--retries); the platform does not
-        max_tokens         max_tokens per request (--max-tokens); default the platform's
-        output             the result JSON to write and resume (-o/--output); default: none is written (the
-                           command's default is eval.json)
-        resume             resume `output` although its server or model differ (--resume)
-        force              start `output` over; the old file is kept as NAME.old-N.json (--force)
-        label              what is measured, in your words; recorded (--label)
-        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
-        on_event           called with each soarpack.steps.Event: a "progress" event per scored row (its
-                           `data` is the row's record), "info" for notes
-
-    Returns a soarpack.bench.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 loses score),
-    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.
-
-    Example:
-        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
-        ...                        model_dir="sala-w4", rows=50, output="eval.json")
-        >>> result.ori_accuracy, result.c_factor
-    """
-    from soarpack.measure.evaluate import EvalConfig, check_eval_config, run_eval
+def _run_eval(request: "EvalRequest", on_event: Optional[EventCallback]) -> EvalResult:
+    from soarpack.measure.evaluate import check_eval_config, run_eval
     from soarpack.measure.results import EvalResult
 
-    events = _events(on_event)
-    cfg = EvalConfig(api_base=api_base, data=Path(data), output=_path(output), model_dir=_path(model_dir),
-                     trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout_s=timeout,
-                     max_tokens=max_tokens, stall_s=stall_timeout, deadline_s=deadline, retries=retries,
-                     resume=resume, force=force, label=label)
+    events, cfg = _events(on_event), request.to_config()
     check_eval_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(bundle, events)
+    cfg.bundle = _bundle_identity(request.bundle, events)
     if cfg.model_dir is None:
         events(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
                                      "model's eos tokens)"))
     return EvalResult.from_report(run_eval(cfg, events), cfg.output)
 
 
-@renamed_keywords(num_prompts="rows", tokenizer_dir="model_dir", tokenizer="model_dir", flush_cache="flush",
-                  settle_s="settle", stall_s="stall_timeout", deadline_s="deadline")
-def bench(*, api_base: str, s1: Optional[PathLike] = None, s8: Optional[PathLike] = None,
-          smax: Optional[PathLike] = None, model_dir: Optional[PathLike] = None, trust_remote_code: bool = False,
-          output: Optional[PathLike] = None, seed: int = 1, rows: Optional[int] = None, warmup: bool = True,
-          flush: bool = True, settle: float = 1.0, stall_timeout: float = 600.0, deadline: float = 6 * 60 * 60,
-          label: Optional[str] = None, bundle: Optional[PathLike] = None,
-          on_event: Optional[EventCallback] = None) -> BenchResult:
-    """Time the S1, S8 and Smax tiers against a running server with the platform's bench_serving semantics.
+eval = api_function(EvalRequest, "eval", _run_eval, about="""Score a running server on the correctness set as \
+the platform's eval_model.py does.
 
-    The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
-    run (concurrency 1, 8, unbounded). `output` is replaced only when every tier finished; until then the finished
-    tiers are in OUTPUT.partial.json. Nothing is printed.
+    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
+    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
+    measured against the same server and model, from the same data. Nothing is written without `output`, nothing
+    printed; on_event gets a "progress" event per scored row (its `data` is the row's record).""",
+    returns="""Returns a soarpack.measure.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 \
+loses score),
+    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.""",
+    example="""        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
+        ...                        model_dir="sala-w4", rows=50, output="eval.json")
+        >>> result.ori_accuracy, result.c_factor""")
 
-    Parameters (the command's flags):
-        api_base           server address with its scheme (--api-base)
-        s1, s8, smax       speed JSONL per tier, {question, model_response} per line (--s1, --s8, --smax); a
-                           tier without one is skipped, as on the platform (`soarpack speedset` writes them)
-        model_dir          the served model's folder, whose tokenizer counts max_new_tokens (--model-dir); required
-        trust_remote_code  run the tokenizer's own code from model_dir (the CLI's flag of that name)
-        output             the result JSON (-o/--output), what score and compare read; default: none is written
-                           (the command's default is bench.json)
-        seed               shuffle seed (--seed); the platform uses 1
-        rows               only the first N rows after shuffling (-n/--rows)
-        warmup, flush      one warm-up request, and POST /flush_cache, before each tier (--warmup, --flush)
-        settle             seconds to wait after the flush (--settle); default 1
-        stall_timeout      fail a request whose stream sends nothing this long (--stall-timeout); default 600
-        deadline           fail a request not finished within this long (--deadline); default 6 h
-        label              what is measured, in your words; recorded (--label)
-        bundle             the bundle the server's checkpoint came from; its identity is recorded (--bundle)
-        on_event           called with each soarpack.steps.Event: "progress" per finished request (phase = tier)
 
-    Returns a soarpack.bench.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, failed,
-    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.
-
-    Example:
-        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
-        ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
-        >>> {name: tier.duration_s for name, tier in result.tiers.items()}
-    """
+def _run_bench(request: "BenchRequest", on_event: Optional[EventCallback]) -> BenchResult:
     from soarpack.measure.results import BenchResult
-    from soarpack.measure.speed import BenchConfig, check_bench_config, run_bench
+    from soarpack.measure.speed import check_bench_config, run_bench
 
-    events = _events(on_event)
-    tiers = {name: Path(path) for name, path in (("s1", s1), ("s8", s8), ("smax", smax)) if path is not None}
-    cfg = BenchConfig(api_base=api_base, tiers=tiers, model_dir=_path(model_dir), trust_remote_code=trust_remote_code,
-                      output=_path(output), seed=seed, rows=rows, warmup=warmup, flush_cache=flush, settle_s=settle,
-                      stall_s=stall_timeout, deadline_s=deadline, label=label)
+    events, cfg = _events(on_event), request.to_config()
     check_bench_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(bundle, events)
+    cfg.bundle = _bundle_identity(request.bundle, events)
     return BenchResult.from_report(run_bench(cfg, events), cfg.output)
 
 
-def score(*, ours: PathLike, eval: Optional[PathLike] = None, best: Optional[PathLike] = None,
-          best_s1: Optional[float] = None, best_s8: Optional[float] = None,
-          best_smax: Optional[float] = None) -> ScoreResult:
-    """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours per tier.
+bench = api_function(BenchRequest, "bench", _run_bench, about="""Time the S1, S8 and Smax tiers against a running \
+server with the platform's bench_serving semantics.
 
-    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
-    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
-    file's tier.
+    The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
+    run (concurrency 1, 8, unbounded); a tier without its file is skipped, as on the platform. `output` is replaced
+    only when every tier finished; until then the finished tiers are in OUTPUT.partial.json. Nothing is written
+    without `output`, nothing printed; on_event gets "progress" per finished request (phase = tier).""",
+    returns="""Returns a soarpack.measure.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, \
+failed,
+    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.""",
+    example="""        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
+        ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
+        >>> {name: tier.duration_s for name, tier in result.tiers.items()}""")
 
-    Parameters (the command's flags):
-        ours       our bench JSON (soarpack bench -o) (--ours)
-        eval       our eval JSON (--eval); without it C = 1 is assumed (`c_assumed`)
-        best       a bench JSON holding the best durations (--best)
-        best_s1, best_s8, best_smax
-                   best duration of a tier in seconds (--best-s1, --best-s8, --best-smax)
 
-    Returns a soarpack.bench.results.ScoreResult: tier_scores, speed_score, c_factor, final_score, ours_s, best_s.
-    Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had failures.
-
-    Example:
-        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90).final_score
-    """
+def _run_score(request: "ScoreRequest", on_event: Optional[EventCallback]) -> ScoreResult:
     from soarpack.measure.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.measure.results import ScoreResult
 
-    best_durations = durations_from_bench(Path(best)) if best is not None else {}
-    for tier, value in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax)):
-        if value is not None:
-            best_durations[tier] = value
-    overall = overall_from_eval(Path(eval)) if eval is not None else None
-    return ScoreResult(**final_score(durations_from_bench(Path(ours)), best_durations, overall))
+    best = durations_from_bench(request.best) if request.best is not None else {}
+    overall = overall_from_eval(request.eval) if request.eval is not None else None
+    return ScoreResult(**final_score(durations_from_bench(request.ours), {**best, **request.best_given()}, overall))
 
 
-def compare(results: Paths, *, best_s1: Optional[float] = None, best_s8: Optional[float] = None,
-            best_smax: Optional[float] = None, chart: Optional[PathLike] = None,
-            on_event: Optional[EventCallback] = None) -> CompareResult:
-    """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final, and each run's gate.
+score = api_function(ScoreRequest, "score", _run_score, about="""The competition's final score: (0.4 S1 + 0.3 S8 \
++ 0.3 Smax) x C, with S = 100 x best / ours per tier.
 
-    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
-    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
+    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
+    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
+    file's tier. Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had
+    failures.""", returns="""Returns a soarpack.measure.results.ScoreResult: tier_scores, speed_score, c_factor, \
+final_score, ours_s, best_s.""",
+    example="""        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90)""")
 
-    Parameters (the command's flags):
-        results    eval and bench result files (RESULTS)
-        best_s1, best_s8, best_smax
-                   best time of a tier in seconds (--best-s1, --best-s8, --best-smax)
-        chart      also draw bench tiers and accuracy per task into this PNG (--chart; needs matplotlib)
-        on_event   called with an "info" event naming the chart written
 
-    Returns a soarpack.bench.results.CompareResult: runs (soarpack.bench.compare.Run: accuracy, gate, c, scores,
-    final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command prints
-    (`table`, `md`, `csv` or `json`).
-
-    Example:
-        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
-        >>> print(runs.render("md")); runs.below_gate
-    """
+def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -> CompareResult:
     from soarpack.measure.compare import load_runs, score_runs
     from soarpack.measure.results import CompareResult
     from soarpack.bundle.risks import evidence_risk_lines
 
-    paths = _paths(results) or []
+    paths = list(request.results or [])
     runs = load_runs(paths, risks=evidence_risk_lines)
-    best = score_runs(runs, {t: v for t, v in (("s1", best_s1), ("s8", best_s8), ("smax", best_smax))
-                             if v is not None})
-    if chart is not None:
+    best = score_runs(runs, request.best_given())
+    if request.chart is not None:
         from soarpack.measure.chart import write_chart
 
-        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, Path(chart), inputs=paths)}"))
+        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
     return CompareResult(runs, best)
 
 
+compare = api_function(CompareRequest, "compare", _run_compare, positional=1, about="""Runs side by side: ori, \
+margin, interval, C, S1/S8/Smax, final, and each run's gate.
+
+    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
+    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
+    on_event gets an "info" event naming the chart written.""", returns="""Returns a \
+soarpack.measure.results.CompareResult: runs (soarpack.measure.compare.Run: accuracy, gate, c,
+    scores, final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command
+    prints (`table`, `md`, `csv` or `json`).""",
+    example="""        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
+        >>> print(runs.render("md")); runs.below_gate""")
+
+
+@checked_arguments
 def diagnose(paths: Paths) -> Diagnosis:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
     The same as `soarpack diagnose LOG_OR_DIR...`. Reads logs (prepare_env.log, prepare_model.log, quantize.log, a
     server log), soarpack eval/bench JSON, or folders of them (a kept `check` folder, CheckReport.logs_dir), and
-    matches the catalogue of known failures (soarpack/diagnose/catalogue.toml, each citing its source).
+    matches the catalogue of known failures (soarpack/diagnosis/catalogue.toml, each citing its source).
 
     Parameters:
         paths   log files, result files or folders (LOG_OR_DIR)
@@ -405,6 +291,7 @@ def diagnose(paths: Paths) -> Diagnosis:
     return diagnose_paths(_paths(paths) or [])
 
 
+@checked_arguments
 def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None, hidden: int = 256,
                intermediate: int = 640, heads: int = 2, kv_heads: int = 1, vocab: int = 512, seed: int = 0,
                force: bool = False) -> Path:
@@ -425,17 +312,12 @@ def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None,
     Example:
         >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
     """
-    from soarpack.errors import ConfigError
-    from soarpack.sala.config import LIGHTNING, SPARSE
-    from soarpack.sala.tiny import make_tiny_model
+    from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
 
-    mixer_types: Optional[List[str]] = None
-    if pattern:
-        kinds = {"S": SPARSE, "L": LIGHTNING}
-        bad = sorted(set(pattern.upper()) - set(kinds))
-        if bad:
-            raise ConfigError(f"--pattern may hold only S and L, got {''.join(bad)!r}")
-        mixer_types = [kinds[c] for c in pattern.upper()]
-    return make_tiny_model(out, num_layers=layers, mixer_types=mixer_types, hidden_size=hidden,
+    kinds = mixer_types(pattern)
+    check_tiny_shape(layers=len(kinds) if kinds else layers, hidden=hidden, intermediate=intermediate, heads=heads,
+                     kv_heads=kv_heads, vocab=vocab)  # before torch is imported
+    from soarpack.sala.tiny import make_tiny_model
+    return make_tiny_model(out, num_layers=layers, mixer_types=kinds, hidden_size=hidden,
                            intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
                            lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)

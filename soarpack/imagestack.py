@@ -13,6 +13,7 @@ passed only on the development stack (this machine's Python and torch) has not.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -199,19 +200,31 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+PIP_PROGRESS = ("Collecting", "Downloading", "Installing", "Successfully")
+
+
+def _run_pip(cmd: Sequence[str], log: Callable[[str], None]) -> "tuple[int, str]":
+    """Run pip; its progress lines (Collecting, Downloading, ...) become events, never this process's stderr. Returns
+    the exit code and pip's last lines (for an error)."""
+    tail: "collections.deque[str]" = collections.deque(maxlen=3)
+    with subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            line = line.strip()
+            if line:
+                tail.append(line)
+                if line.startswith(PIP_PROGRESS):
+                    log(f"pip: {line}")
+    return proc.returncode, " | ".join(tail)
+
+
 def _pip_install(python: Path, packages: Sequence[str], log: Callable[[str], None]) -> None:
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--retries", "10", "--timeout", "120",
            *packages]
-    show_progress = sys.stderr.isatty()
     last = ""
     for attempt in range(1, PIP_ATTEMPTS + 1):
-        if show_progress:  # pip's own progress bars, straight to the terminal
-            proc = subprocess.run(cmd, env=clean_env(), stdout=sys.stderr)
-            last = f"pip exited {proc.returncode}"
-        else:
-            proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True)
-            last = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        if proc.returncode == 0:
+        code, last = _run_pip(cmd, log)
+        if code == 0:
             return
         if attempt < PIP_ATTEMPTS:
             log(f"pip install failed (attempt {attempt} of {PIP_ATTEMPTS}): {last}; retrying")

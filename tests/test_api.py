@@ -100,11 +100,6 @@ NOT_IN_API = {
 OTHER_DEFAULT = {
     ("eval", "output"): "the command writes eval.json; the API writes a file only when given one",
     ("bench", "output"): "the command writes bench.json; the API writes a file only when given one",
-    ("quantize", "log"): "the command logs to OUT.log; the API only when given a file",
-    ("quantize", "recipe"): "None is the default recipe (w4-mlp), resolved by soarpack.quant.options",
-    ("quantize", "max_sanity_loss"): "None is QuantizeOptions' default (8.0)",
-    ("quantize", "calib"): "the CLI's empty list and the API's None both mean the built-in prompts",
-    ("quantize", "held_out"): "as calib",
     ("build", "calib"): "as quantize's calib",
     ("build", "rows"): "None: the recipe's",
     ("build", "sglang_src"): "None: the platform's fork",

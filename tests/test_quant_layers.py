@@ -17,6 +17,7 @@ LAYERS = {
     "cachelock": 0, "placement": 1, "inputs": 1, "evidence": 1, "cachemark": 1, "imagestack": 1, "cache": 1,
     "envinfo": 1, "sala": 2, "recipe": 3, "quant": 4, "serve": 5, "kernels": 5, "measure": 6, "bundle": 7,
     "diagnosis": 7, "rehearse": 8, "api": 9, "cli": 10, "__main__": 11, "__init__": 12,
+    "arguments": 0, "asyncrun": 0, "request": 1, "commands": 8,
 }
 IMPORT_FUNCTIONS = {"import_module", "__import__"}  # importlib.import_module("soarpack.x"), __import__("soarpack.x")
 

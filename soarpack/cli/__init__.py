@@ -52,6 +52,18 @@ def renamed(value, old_value, flag: str, old_flag: str):
     return old_value
 
 
+def request_values(model, given: dict) -> dict:
+    """A command's parsed options as its typed request's values: old hidden flags merged into their new ones (with
+    the note `renamed` prints), choices as their strings."""
+    from soarpack.request import cli_values, old_flag_values
+
+    olds = old_flag_values(model, given)
+    values = cli_values(model, given)
+    for name, flag, old_flag, old_value in olds:
+        values[name] = renamed(values[name], old_value, flag, old_flag)
+    return values
+
+
 def required(value, flag: str):
     """Refuse a missing option that is required but has a hidden alias (so Typer cannot require it itself)."""
     if value is None:
@@ -84,7 +96,12 @@ def _root(
 
 
 def fail(exc: SoarpackError) -> "typer.Exit":
-    """Print a SoarpackError as one cause line plus a hint; return the Exit to raise."""
+    """Print a SoarpackError as one cause line plus a hint; return the Exit to raise. A verdict under --format json
+    prints nothing: the document holds it."""
+    from soarpack.cli.output import STATE, Format, Verdict
+
+    if isinstance(exc, Verdict) and STATE.format == Format.json.value:
+        return typer.Exit(exc.exit_code)
     # Messages quote user text (paths, keys, `[table]` names): Text keeps their brackets out of rich's markup.
     # soft_wrap: one logical line stays one line (a path is never broken), the terminal wraps it if it must.
     # printable: a quoted file name or server reply cannot send the terminal an escape sequence.
@@ -95,12 +112,17 @@ def fail(exc: SoarpackError) -> "typer.Exit":
 
 
 def handle_errors(fn):
-    """Decorate a command so a SoarpackError becomes a clear message and exit code 2 (also under CliRunner)."""
+    """Decorate a command: the Output it returns is rendered by the sink, a SoarpackError becomes a clear message and
+    its exit code (2 for bad input; also under CliRunner)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from soarpack.cli.output import Output, show
+
         try:
-            return fn(*args, **kwargs)
+            returned = fn(*args, **kwargs)
+            if isinstance(returned, Output):
+                show(returned)
         except SoarpackError as exc:
             raise fail(exc) from None
 
@@ -112,9 +134,32 @@ def command(*args, **kwargs):
     return _command_on(app, *args, **kwargs)
 
 
+JSON_ALIAS = "json_alias"
+
+
+def _with_json_alias(fn):
+    """`fn` with the deprecated per-command `--json` (the same as `soarpack --format json CMD`), declared here once."""
+    import inspect
+
+    from soarpack.cli.output import STATE, Format
+
+    option = typer.Option(False, "--json", help="The same as soarpack --format json (kept for scripts).")
+    params = list(inspect.signature(fn).parameters.values())
+    params.append(inspect.Parameter(JSON_ALIAS, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.pop(JSON_ALIAS, False):
+            STATE.format = Format.json.value
+        return fn(*args, **kwargs)
+
+    wrapper.__signature__ = inspect.signature(fn).replace(parameters=params)
+    return wrapper
+
+
 def _command_on(typer_app: typer.Typer, *args, **kwargs):
     def deco(fn):
-        return typer_app.command(*args, cls=SoarpackCommand, **kwargs)(handle_errors(fn))
+        return typer_app.command(*args, cls=SoarpackCommand, **kwargs)(handle_errors(_with_json_alias(fn)))
 
     return deco
 

@@ -1,13 +1,14 @@
-"""CLI commands of soarpack.bench: eval, bench, speedset, score, compare. Logic lives in soarpack.bench.
+"""CLI commands of soarpack.measure: eval, bench, speedset, score, compare. Logic lives in soarpack.measure.
 
-Tables go to stdout (`> score.txt` keeps them); progress, notes and errors go to stderr. With --json, stdout holds
-only the JSON and the table goes to stderr.
+Each command returns its Output: tables on stdout (`> score.txt` keeps them), or the JSON with --format json; progress,
+notes and errors go to stderr. A no-go result (below the gate, an incomplete run) is a Verdict: exit 1.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import inspect
 import json
 import time
 from contextlib import contextmanager
@@ -16,21 +17,20 @@ from typing import Callable, Iterator, List, Optional
 
 import typer
 
-from soarpack.cli import command, err_console, renamed, required
-from soarpack.cli.output import NORMAL, STATE, sink
+from soarpack.cli import command, err_console, renamed, request_values, required
+from soarpack.commands.measure import TRUST_HELP as _TRUST_HELP, BenchRequest, CompareRequest, EvalRequest, ScoreRequest
+from soarpack.cli.output import NORMAL, STATE, Output, Verdict, sink
 from soarpack.errors import SoarpackError
 from soarpack.facts import limits, scoring as platform_scoring
 from soarpack.printable import printable
-
-_API_HELP = "Server address with its scheme, e.g. http://127.0.0.1:30000."
-_LABEL_HELP = "What is measured, in your words (e.g. 'w4-mlp seed 1'); recorded in the result."
-_BUNDLE_HELP = "The bundle the server's checkpoint came from: its id, sha256, profile and recipe are recorded."
-_TRUST_HELP = ("Run the tokenizer's own code from --model-dir (tokenization_*.py), as the platform's bench_serving "
-               "does; only for a folder you trust. Off: its files are read as data.")
+from soarpack.request import typer_parameters
 
 
 def _note(event) -> None:
-    """An eval's or bench's line: the --bundle it measures is always named, other notes unless -q."""
+    """An eval's or bench's line: the --bundle it measures is always named, other notes unless -q; with --format
+    json neither (the document records the bundle)."""
+    if sink().json:
+        return
     if event.phase == "bundle":
         err_console.print(event.message, markup=False, highlight=False)
     else:
@@ -40,28 +40,17 @@ def _note(event) -> None:
 PLAIN_PROGRESS_EVERY_S = 30.0
 
 
-class IncompleteRunError(SoarpackError):
+class IncompleteRunError(Verdict):
     """A measurement ran but some requests failed: its numbers are not the server's."""
 
-    exit_code = 1
 
-
-class BelowGateError(SoarpackError):
+class BelowGateError(Verdict):
     """A run fails the accuracy gate (C < 1: less than full credit) or its eval is incomplete: a no-go."""
-
-    exit_code = 1
-
-
-def _table_console(as_json: bool):
-    from rich.console import Console
-
-    return Console(stderr=as_json)
 
 
 def _say(message: str) -> None:
-    """A note on stderr, unless -q."""
-    if STATE.verbosity >= NORMAL:
-        err_console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
+    """A note on stderr, unless -q or --format json."""
+    sink().say(message)
 
 
 @contextmanager
@@ -91,51 +80,14 @@ def progress_bars(label: str) -> Iterator[Callable[[str, int, Optional[int], str
         now = time.monotonic()
         if done == total or now - last.get(name, start) >= PLAIN_PROGRESS_EVERY_S:
             last[name] = now
-            _say(f"{label} {name}: {done}/{total} after {now - start:.0f} s" + (f"  {note}" if note else ""))
+            err_console.print(printable(f"{label} {name}: {done}/{total} after {now - start:.0f} s"  # progress: also
+                                        + (f"  {note}" if note else "")),  # under --format json
+                              markup=False, highlight=False, soft_wrap=True)
 
     yield update
 
 
-@command("eval")
-def eval_cmd(
-    api_base: str = typer.Option(..., "--api-base", metavar="URL", help=_API_HELP),
-    data: Path = typer.Option(..., "--data", metavar="FILE",
-                              help="JSONL with {task, question, gold} per line (perf_public_set.jsonl)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir: stop strings come from its generation config "
-                                                  "and tokenizer, as on the platform."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
-    concurrency: int = typer.Option(32, "--concurrency", metavar="N", min=1, help="Requests in flight at most."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1, help="Only the first N rows."),
-    timeout: float = typer.Option(limits.EVAL_TIMEOUT_S, "--timeout", metavar="SECONDS",
-                                  help="Per-request timeout (> 0); a timeout scores 0."),
-    stall_timeout: float = typer.Option(60.0, "--stall-timeout", metavar="SECONDS",
-                                        help="Fail a request whose reply has started but then sends no byte for "
-                                             "this long (waiting for it to start is bounded by --timeout)."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", metavar="SECONDS",
-                                             help="Fail a request not answered in full within this long, however "
-                                                  "its bytes trickle in. Off by default, as on the platform "
-                                                  "(whose timeout is per read, like --timeout)."),
-    retries: int = typer.Option(0, "--retries", metavar="N",
-                                help="Send a failed request again up to N times (the platform does not retry: "
-                                     "a failed row scores 0). The report gives the accuracy with and without."),
-    max_tokens: int = typer.Option(limits.EVAL_MAX_TOKENS, "--max-tokens", metavar="N",
-                                   help=f"max_tokens per request, at least 1 (the platform sends {limits.EVAL_MAX_TOKENS})."),
-    output: Path = typer.Option(Path("eval.json"), "-o", "--output", metavar="FILE",
-                                help="Result JSON. An existing one is resumed only if it was measured against the "
-                                     "same --api-base and model, from the same data."),
-    resume: bool = typer.Option(False, "--resume",
-                                help="Resume OUTPUT although its server or model differ (e.g. the same "
-                                     "checkpoint on another port); the file lists both servers. Rows asked of "
-                                     "another model id are sent again."),
-    force: bool = typer.Option(False, "--force",
-                               help="Start OUTPUT over; the old file is kept beside as NAME.old-N.json."),
-    label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-    old_model_path: Optional[Path] = typer.Option(None, "--model-path", hidden=True),
-    old_num_samples: Optional[int] = typer.Option(None, "--num-samples", min=1, hidden=True),
-) -> None:
+def eval_cmd(**given) -> Output:
     """Score a running server on the correctness set as the platform's eval_model.py does.
 
     Exits 1 when any request failed (the run is incomplete; run it again to resend the failed rows).
@@ -149,10 +101,11 @@ def eval_cmd(
     from rich.markup import escape
 
     from soarpack import api
-    from soarpack.measure.render import print_eval
+    from soarpack.measure.compare import eval_gate
+    from soarpack.cli.tables import print_eval
 
-    model_dir = renamed(model_dir, old_model_path, "--model-dir", "--model-path")
-    rows = renamed(rows, old_num_samples, "--rows", "--num-samples")
+    values = request_values(EvalRequest, given)
+    EvalRequest.from_cli(values)  # a wrong value is refused by its flag (the bounds: the library's, in api.eval)
     scores = []
     with progress_bars("eval") as update:
         def on_event(event) -> None:
@@ -163,58 +116,29 @@ def eval_cmd(
             note = f"mean {100 * sum(scores) / len(scores):.1f}" + (f"  {escape(printable(record['error']))}" if record["error"] else "")
             update("rows", event.done, event.total, note)
 
-        report = api.eval(api_base=api_base, data=data, output=output, model_dir=model_dir,
-                          trust_remote_code=trust_remote_code, concurrency=concurrency, rows=rows, timeout=timeout,
-                          max_tokens=max_tokens, stall_timeout=stall_timeout, deadline=deadline, retries=retries,
-                          resume=resume, force=force, label=label, bundle=bundle, on_event=on_event).to_dict()
-    print_eval(_table_console(sink(as_json).json), report)
-    _say(f"wrote {output}")
-    if sink(as_json).json:
-        from soarpack.measure.compare import eval_gate
+        report = api.eval(**values, on_event=on_event).to_dict()
+    _say(f"wrote {values['output']}")
+    data = {**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()}
+    return Output(data, lambda console: print_eval(console, report), _eval_verdict(report))
 
-        typer.echo(json.dumps({**{k: v for k, v in report.items() if k != "rows"}, "gate": eval_gate(report).to_dict()},
-                              indent=2))
+
+eval_cmd.__signature__ = inspect.Signature(typer_parameters(EvalRequest), return_annotation=Output)  # type: ignore
+eval_cmd = command("eval")(eval_cmd)
+
+
+def _eval_verdict(report: dict) -> Optional[Verdict]:
     if report["failed"]:
-        raise IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
+        return IncompleteRunError(f"eval incomplete: {report['failed']} of {report['total']} requests failed "
                                  "(they score 0, as on the platform)",
                                  "fix the server and run the same command again: only the failed rows are sent")
     if report["c_factor"] < 1:
-        raise BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
+        return BelowGateError(f"below the accuracy gate: ori {report['ori_accuracy']:.2f} (overall "
                              f"{report['overall_accuracy']:.2f}) gives C = {report['c_factor']}; full credit needs "
                              f"ori > {platform_scoring.FULL_CREDIT_ORI:g}", "this checkpoint would lose score on the platform: try a safer recipe")
+    return None
 
 
-@command("bench")
-def bench_cmd(
-    api_base: str = typer.Option(..., "--api-base", metavar="URL", help=_API_HELP),
-    s1: Optional[Path] = typer.Option(None, "--s1", metavar="FILE",
-                                      help="Speed JSONL for S1 (concurrency 1); tier skipped if absent."),
-    s8: Optional[Path] = typer.Option(None, "--s8", metavar="FILE", help="Speed JSONL for S8 (concurrency 8)."),
-    smax: Optional[Path] = typer.Option(None, "--smax", metavar="FILE", help="Speed JSONL for Smax (no cap)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", metavar="DIR",
-                                             help="Served model dir whose tokenizer counts max_new_tokens. "
-                                                  "[required]"),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help=_TRUST_HELP),
-    output: Path = typer.Option(Path("bench.json"), "-o", "--output", metavar="FILE",
-                                help="Result JSON (what score and compare read)."),
-    seed: int = typer.Option(1, "--seed", metavar="N", help="Shuffle seed (the platform uses 1)."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1,
-                                       help="Only the first N rows after shuffling."),
-    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One warm-up request per tier, as the platform."),
-    flush: bool = typer.Option(True, "--flush/--no-flush", help="POST /flush_cache before each tier, as the platform."),
-    settle: float = typer.Option(1.0, "--settle", metavar="SECONDS", min=0.0,
-                                 help="Wait after the flush before timing (bench_serving waits 1)."),
-    stall_timeout: float = typer.Option(600.0, "--stall-timeout", metavar="SECONDS",
-                                        help="Fail a request whose stream sends no byte for this long."),
-    deadline: float = typer.Option(6 * 60 * 60, "--deadline", metavar="SECONDS",
-                                   help="Fail a request not finished within this long (bench_serving's total "
-                                        "timeout per request: 6 h)."),
-    label: Optional[str] = typer.Option(None, "--label", metavar="TEXT", help=_LABEL_HELP),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="TARBALL", help=_BUNDLE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-    old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-    old_num_prompts: Optional[int] = typer.Option(None, "--num-prompts", min=1, hidden=True),
-) -> None:
+def bench_cmd(**given) -> Output:
     """Time S1, S8 and Smax against a running server with the platform's bench_serving semantics.
 
     The output is replaced only when every tier finished; until then tiers go to OUTPUT.partial.json. Exits 1 when
@@ -227,11 +151,12 @@ def bench_cmd(
         --s1 s1.jsonl --s8 s8.jsonl --smax smax.jsonl
     """
     from soarpack import api
-    from soarpack.measure.render import print_bench
     from soarpack.measure.speed import partial_path
+    from soarpack.cli.tables import print_bench
 
-    model_dir = renamed(model_dir, old_tokenizer, "--model-dir", "--tokenizer")
-    rows = renamed(rows, old_num_prompts, "--rows", "--num-prompts")
+    values = request_values(BenchRequest, given)
+    BenchRequest.from_cli(values)  # a wrong value is refused by its flag (the bounds: the library's, in api.bench)
+    output = values["output"]
     partial_before = _file_identity(partial_path(output))
     with progress_bars("bench") as update:
         def on_event(event) -> None:
@@ -240,27 +165,30 @@ def bench_cmd(
             update(event.phase, event.done, event.total, "")
 
         try:
-            report = api.bench(api_base=api_base, s1=s1, s8=s8, smax=smax, model_dir=model_dir,
-                               trust_remote_code=trust_remote_code, output=output, seed=seed, rows=rows, warmup=warmup,
-                               flush=flush, settle=settle, stall_timeout=stall_timeout, deadline=deadline, label=label,
-                               bundle=bundle, on_event=on_event).to_dict()
+            report = api.bench(**values, on_event=on_event).to_dict()
         except KeyboardInterrupt:
             # shown even with -q, as an error is: the user must know what is (and is not) on disk
             err_console.print(f"interrupted: {printable(output)} was left as it was; "
                               f"{_partial_note(partial_path(output), partial_before)}",
                               markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(130) from None
-    print_bench(_table_console(sink(as_json).json), report)
     _say(f"wrote {output}")
-    if sink(as_json).json:
-        typer.echo(json.dumps(report, indent=2))
+    return Output(report, lambda console: print_bench(console, report), _bench_verdict(report))
+
+
+bench_cmd.__signature__ = inspect.Signature(typer_parameters(BenchRequest), return_annotation=Output)  # type: ignore
+bench_cmd = command("bench")(bench_cmd)
+
+
+def _bench_verdict(report: dict) -> Optional[Verdict]:
     bad = {name: tier for name, tier in report["tiers"].items()
            if tier["failed"] or tier["short_outputs"] or tier.get("long_outputs")}
     if bad:
-        raise IncompleteRunError("bench incomplete: " + "; ".join(
+        return IncompleteRunError("bench incomplete: " + "; ".join(
             f"{name} had {tier['failed']} failed, {tier['short_outputs']} short and {tier.get('long_outputs', 0)} "
             "over-long request(s)" for name, tier in bad.items()),
             "score refuses these tiers; check the server log (and that it honours ignore_eos and max_new_tokens)")
+    return None
 
 
 def _file_identity(path: Path) -> Optional[tuple]:
@@ -304,9 +232,8 @@ def speedset_cmd(
                                         help="UTF-8 text to cut rows from (default: built-in prose)."),
     seed: int = typer.Option(1, "--seed", metavar="N", help="Seed for lengths and text."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-) -> None:
+) -> Output:
     """Write a speed set that follows a length mix (default: the published input/output mix).
 
     Presets: published (the competition's published mix; the platform now runs a longer hidden set, 68% of its inputs
@@ -319,8 +246,8 @@ def speedset_cmd(
       soarpack speedset --model-dir Q -n 16 --mix long-128k -o speed-long.jsonl
     """
     from soarpack.measure import speedset as ss
-    from soarpack.measure.render import print_speedset
     from soarpack.measure.tokenizer import load_tokenizer
+    from soarpack.cli.tables import print_speedset
     from soarpack.placement.checks import ensure_writable_output
     from soarpack.placement.write import place_bytes
 
@@ -332,31 +259,16 @@ def speedset_cmd(
     table_rows, summary = ss.make_speedset(load_tokenizer(model_dir, trust_remote_code=trust_remote_code), rows, buckets, seed, ss.speedset_text(text))
     # An existing file with other rows needs --force, the same rows are up to date: decided when it is placed.
     placed = place_bytes(output, ss.jsonl_text(table_rows).encode("utf-8"), force=force, inputs=inputs,
-                         what="speedset output", log=sink(as_json).note)
+                         what="speedset output", log=sink().note)
     hist = {"input": ss.bucket_histogram(summary.input_tokens, buckets["input"]),
             "output": ss.bucket_histogram(summary.output_tokens, buckets["output"])}
-    print_speedset(_table_console(sink(as_json).json), buckets, hist, summary)
     _say(placed.says())
-    if sink(as_json).json:
-        typer.echo(json.dumps({"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error,
-                               "histogram": hist, "mix": buckets.describe(),
-                               "sha256": hashlib.sha256(output.read_bytes()).hexdigest()}, indent=2))
+    data = {"output": str(output), "rows": summary.rows, "max_abs_error": summary.max_abs_error, "histogram": hist,
+            "mix": buckets.describe(), "sha256": hashlib.sha256(output.read_bytes()).hexdigest()}
+    return Output(data, lambda console: print_speedset(console, buckets, hist, summary))
 
 
-@command("score")
-def score_cmd(
-    ours: Path = typer.Option(..., "--ours", metavar="FILE", help="Our bench JSON (soarpack bench -o)."),
-    eval_json: Optional[Path] = typer.Option(None, "--eval", metavar="FILE",
-                                             help="Our eval JSON; without it C = 1 is assumed."),
-    best: Optional[Path] = typer.Option(None, "--best", metavar="FILE",
-                                        help="A bench JSON whose durations count as the best (e.g. a run of your "
-                                             "own, to compare against it)."),
-    best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
-                                            help="Best S1 duration, from the leaderboard (overrides --best)."),
-    best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 duration."),
-    best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax duration."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-) -> None:
+def score_cmd(**given) -> Output:
     """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours.
 
     A tier's best time is the shortest benchmark duration any team has on the competition's leaderboard; soarpack
@@ -369,16 +281,20 @@ def score_cmd(
         --best-s1 SECONDS --best-s8 SECONDS --best-smax SECONDS
     """
     from soarpack import api
-    from soarpack.measure.render import print_score
+    from soarpack.cli.tables import print_score
 
-    result = api.score(ours=ours, eval=eval_json, best=best, best_s1=best_s1, best_s8=best_s8,
-                       best_smax=best_smax).to_dict()
-    print_score(_table_console(sink(as_json).json), result)
-    if sink(as_json).json:
-        typer.echo(json.dumps(result, indent=2))
+    values = request_values(ScoreRequest, given)
+    ScoreRequest.from_cli(values)
+    result = api.score(**values).to_dict()
+    verdict = None
     if result["c_factor"] < 1:
-        raise BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
+        verdict = BelowGateError(f"C = {result['c_factor']} (overall accuracy {result['overall_accuracy']}): final "
                              f"{result['final_score']:.2f} is below full credit", f"C = 1 needs ori accuracy > {platform_scoring.FULL_CREDIT_ORI:g}")
+    return Output(result, lambda console: print_score(console, result), verdict)
+
+
+score_cmd.__signature__ = inspect.Signature(typer_parameters(ScoreRequest), return_annotation=Output)  # type: ignore
+score_cmd = command("score")(score_cmd)
 
 
 class TableStyle(str, enum.Enum):
@@ -393,21 +309,7 @@ class _OldCompareFormat(str, enum.Enum):  # `compare --format md|csv|json|table`
     json = "json"
 
 
-@command("compare")
-def compare_cmd(
-    results: List[Path] = typer.Argument(..., metavar="RESULTS", show_default=False,
-                                         help="JSON files of soarpack eval and bench (grouped as above)."),
-    table: Optional[TableStyle] = typer.Option(None, "--table", metavar="md|csv",
-                                               help="The table as Markdown or CSV instead of aligned text."),
-    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (the same as --format json)."),
-    old_fmt: Optional[_OldCompareFormat] = typer.Option(None, "--format", hidden=True),
-    chart: Optional[Path] = typer.Option(None, "--chart", metavar="PNG",
-                                         help="Also draw bench tiers and accuracy per task (needs the plot extra)."),
-    best_s1: Optional[float] = typer.Option(None, "--best-s1", metavar="SECONDS",
-                                            help="Best S1 time (default: the fastest compared run's)."),
-    best_s8: Optional[float] = typer.Option(None, "--best-s8", metavar="SECONDS", help="Best S8 time."),
-    best_smax: Optional[float] = typer.Option(None, "--best-smax", metavar="SECONDS", help="Best Smax time."),
-) -> None:
+def compare_cmd(**given) -> Output:
     """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final. Exit 1 if a run is below the gate.
 
     ori is the eval's ori_accuracy, margin its distance to the full-credit line (C = 1 above it), ci95 a 95% interval
@@ -425,22 +327,34 @@ def compare_cmd(
     """
     from soarpack import api
 
+    table, old_fmt = given.pop("table"), given.pop("old_fmt")
+    values = request_values(CompareRequest, given)
+    CompareRequest.from_cli(values)
     if old_fmt is not None:
         err_console.print(f"note: compare --format {old_fmt.value} is now "
                           + ("--json" if old_fmt.value == "json" else f"--table {old_fmt.value}"
                              if old_fmt.value != "table" else "the default")
                           + "; the old spelling goes in the next release", markup=False, highlight=False)
-        as_json = as_json or old_fmt.value == "json"
+        if old_fmt.value == "json":
+            STATE.format = "json"
         table = table or (TableStyle(old_fmt.value) if old_fmt.value in ("md", "csv") else None)
-    style = "json" if sink(as_json).json else table.value if table else "table"
-    compared = api.compare(results, best_s1=best_s1, best_s8=best_s8, best_smax=best_smax, chart=chart,
-                           on_event=lambda event: _say(event.message))
+    compared = api.compare(**values, on_event=lambda event: _say(event.message))
     runs = compared.runs
-    typer.echo(compared.render(style) if style == "json" else printable(compared.render(style), keep="\n"))
     for run in runs:
         if run.at_risk:
             _say(f"at risk: {run.name}: {run.gate.text()}")
     below = [r.name for r in runs if r.below_gate]
-    if below:
-        raise BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
-                             "the platform multiplies such a run's speed score by C")
+    verdict = BelowGateError(f"below the accuracy gate (C < 1, or an incomplete eval): {', '.join(below)}",
+                             "the platform multiplies such a run's speed score by C") if below else None
+    return Output(json.loads(compared.render("json")), compared.render(table.value if table else "table"), verdict)
+
+
+# RESULTS and the numbers are CompareRequest's; the table's style is the command's own
+compare_cmd.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *typer_parameters(CompareRequest),
+    inspect.Parameter("table", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[TableStyle], default=typer.Option(
+        None, "--table", metavar="md|csv", help="The table as Markdown or CSV instead of aligned text.")),
+    inspect.Parameter("old_fmt", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[_OldCompareFormat],
+                      default=typer.Option(None, "--format", hidden=True)),
+], return_annotation=Output)
+compare_cmd = command("compare")(compare_cmd)

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output, sink
 from soarpack.printable import printable
 from soarpack.facts import image, scoring as platform_scoring
 from soarpack.recipe.calibration import CALIBRATION_DEFAULTS
@@ -51,8 +51,7 @@ def build_cmd(
                                        help="The tarball to write; default: soarpack-PROFILE-RECIPE-HASH.tar.gz, "
                                             "HASH from the content (one name, one submission)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
+) -> Output:
     """Build the submission .tar.gz: entry scripts, soarpack, profile, calibration, wheels, MANIFEST.json.
 
     Prints the tarball's path on stdout.
@@ -64,28 +63,27 @@ def build_cmd(
     """
     from soarpack import api
 
-    out_ = sink(as_json)
+    out_ = sink()
     result = api.build(output=out, profile=profile, recipe=recipe, sglang_src=sglang_src or None, calib=calib,
                        rows=rows, wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
     if not wheels:
         out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
     if not result.risks:
-        _print_risks([], echo=out_.say)  # the risk lines themselves came with the build's events
+        out_.say(_risk_lines([])[0])  # the risk lines themselves came with the build's events
     if result.placed == "up-to-date":
         out_.say(f"{result.path} is up to date: these very bytes were already there")
     out_.say(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
              f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}")
-    out_.result(result.to_dict(), printable(str(result.path)))
+    return Output(result.to_dict(), str(result.path))
 
 
 @command("inspect")
 def inspect_cmd(
     bundle: Optional[Path] = typer.Argument(None, metavar="BUNDLE", help=_BUNDLE_ARG_HELP, show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     steps: bool = typer.Option(False, "--steps", help="What the platform will run, step by step: each command, "
                                                      "the variables prepare_env.sh exports, the server's launch line, "
                                                      "where each log goes."),
-) -> None:
+) -> Output:
     """What a bundle holds, from its MANIFEST.json (nothing is extracted).
 
     Identity (the id the default name carries and eval/bench record), profile, recipe, calibration rows and
@@ -101,15 +99,12 @@ def inspect_cmd(
         from soarpack.bundle.steps_view import platform_steps, render_steps
 
         view = platform_steps(_bundle_or_newest(bundle))
-        typer.echo(json.dumps(view, indent=2) if as_json else "\n".join(render_steps(view)))
-        return
+        return Output(view, "\n".join(render_steps(view)))
     from soarpack.bundle.risks import Risk
     from soarpack.bundle.summary import inspect_bundle
     from soarpack.evidence import Evidence
 
     summary = inspect_bundle(_bundle_or_newest(bundle))
-    if sink(as_json).json:
-        return sink(as_json).result(summary)
     q = {k: v for k, v in summary["quantize"].items()
          if k not in ("recipe", "recipe_name", "calibration") and v not in ([], None, {})}
     lines = [
@@ -138,17 +133,14 @@ def inspect_cmd(
     for what in ("recipe", "profile"):
         for entry in summary["evidence"].get(what) or []:
             lines.append(("evidence", f"{what}: {Evidence.model_validate(entry).line()}"))
-    for key, value in lines:
-        typer.echo(f"{key:<12} {printable(value)}")
-    _print_risks([Risk(**r) for r in summary["risks"]])
+    text = [f"{key:<12} {printable(value)}" for key, value in lines]
+    return Output(summary, "\n".join(text + _risk_lines([Risk(**r) for r in summary["risks"]])))
 
 
-def _print_risks(risks, echo=typer.echo) -> None:
+def _risk_lines(risks) -> List[str]:
     """One line per risk, with its evidence (build, check and inspect print them alike)."""
-    for risk in risks:
-        echo(printable(risk.line()))  # a risk quotes file names from the bundle
-    if not risks:
-        echo("risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)")
+    lines = [printable(risk.line()) for risk in risks]  # a risk quotes file names from the bundle
+    return lines or ["risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)"]
 
 
 @command("check")
@@ -167,9 +159,8 @@ def check_cmd(
                                                          "print) blocks; repeatable. It is still printed."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 for any risk not accepted, not only a "
                                                         f"measured ori at or below {platform_scoring.FULL_CREDIT_ORI:g}."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (the same as --format json)."),
     old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
-) -> None:
+) -> Output:
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
 
     Then the risks to the score, one line each with its evidence, and the verdict: uploadable, uploadable
@@ -187,17 +178,14 @@ def check_cmd(
     from soarpack.rehearse.check import diagnose_command, verdict
 
     sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
-    out = sink(as_json)
+    out = sink()
     report = api.check(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, keep=keep,
                        dev_stack=dev_stack, accept_risk=accept_risk or (), strict=strict, on_event=out.event)
-    if not out.json:
-        _print_risks(report.risks)
-    if report.logs_dir and not out.json:
+    if report.logs_dir:
         out.problem(f"the rehearsal's logs are kept in {report.logs_dir}; read them with: "
                     f"{diagnose_command(report.logs_dir)}", prefix="logs")
-    out.result(report.to_dict(), printable(verdict(report)))
-    if not report.uploadable:
-        raise typer.Exit(1)
+    text = "\n".join([*_risk_lines(report.risks), printable(verdict(report))])
+    return Output(report.to_dict(), text, exit_code=0 if report.uploadable else 1)
 
 
 wheels_app = sub_app("The platform wheel set (CPython 3.10 manylinux x86_64) that soarpack build bundles.")
@@ -205,7 +193,7 @@ app.add_typer(wheels_app, name="wheels")
 
 
 @subcommand(wheels_app, "fetch")
-def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print the cache and wheels as JSON.")) -> None:
+def wheels_fetch_cmd() -> Output:
     """Download and build the locked wheel set into the local cache (what build does on a cache miss).
 
     Example:
@@ -215,15 +203,15 @@ def wheels_fetch_cmd(as_json: bool = typer.Option(False, "--json", help="Print t
     """
     from soarpack.bundle.wheels import default_cache_dir, fetch_into_cache, load_lock
 
-    out = sink(as_json)
+    out = sink()
     lock = load_lock()
     cache = default_cache_dir()
     fetch_into_cache(lock, cache, on_event=out.event)
-    out.result({"cache": str(cache), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels in {cache}")
+    return Output({"cache": str(cache), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels in {cache}")
 
 
 @subcommand(wheels_app, "lock")
-def wheels_lock_cmd(as_json: bool = typer.Option(False, "--json", help="Print the lock's path and wheels as JSON.")) -> None:
+def wheels_lock_cmd() -> Output:
     """Maintainers: resolve the closure again with pip and rewrite soarpack/bundle/platform-lock.json (network).
 
     Example:
@@ -233,10 +221,10 @@ def wheels_lock_cmd(as_json: bool = typer.Option(False, "--json", help="Print th
     """
     from soarpack.bundle.wheels import load_lock, resolve_lock
 
-    out = sink(as_json)
+    out = sink()
     path = resolve_lock(on_event=out.event)
     lock = load_lock(path)
-    out.result({"lock": str(path), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels locked in {path}")
+    return Output({"lock": str(path), "wheels": [w.spec for w in lock]}, f"{len(lock)} wheels locked in {path}")
 
 
 __all__ = ["app", "build_cmd", "check_cmd", "inspect_cmd", "wheels_fetch_cmd", "wheels_lock_cmd"]

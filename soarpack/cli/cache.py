@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from soarpack.cli import app, subcommand, sub_app
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output, sink
 
 cache_app = sub_app("""See and clear what soarpack keeps under its cache folder.
 
@@ -44,7 +44,7 @@ def _rows(entries) -> List[str]:
 
 
 @subcommand(cache_app, "list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON.")) -> None:
+def list_cmd() -> Output:
     """Every entry under the cache with its size on disk, and whether a running build or check holds it.
 
     Example:
@@ -56,11 +56,10 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the entri
     from soarpack.cache import entries, free_bytes, human
     from soarpack.imagestack import cache_root
 
-    out = sink(as_json)
     found = entries()
     total, free = sum(e.bytes for e in found), free_bytes()
     lines = [_root_line(), *(_rows(found) or ["  (empty)"]), f"  {human(total):>9}  in all; {human(free)} free there"]
-    out.result({"root": str(cache_root()), "entries": [e.to_dict() for e in found], "total_bytes": total,
+    return Output({"root": str(cache_root()), "entries": [e.to_dict() for e in found], "total_bytes": total,
                 "free_bytes": free}, "\n".join(lines))
 
 
@@ -70,8 +69,7 @@ def clear_cmd(
                                                help="all (the default), stale, a group (image-stack, wheels, "
                                                     "gpu-serve) or an entry as cache list names it."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was (or would be) deleted as JSON."),
-) -> None:
+) -> Output:
     """Delete entries of the cache; they are made again when needed.
 
     Without --yes it lists what it would delete and asks on a terminal;
@@ -95,27 +93,26 @@ def clear_cmd(
     """
     from soarpack.cache import clear, entries, human, kept_lines, refuse_unsafe_root, select
 
-    out = sink(as_json)
+    out = sink()
     refuse_unsafe_root()  # before anything under it is even listed
     chosen = select(entries(), what or [])
     total = sum(e.bytes for e in chosen)
     data = {"entries": [e.to_dict() for e in chosen], "bytes": total}
     if not chosen:
-        return out.result({**data, "deleted": False, "dry_run": False}, "nothing to clear")
+        return Output({**data, "deleted": False, "dry_run": False}, "nothing to clear")
     listing = "\n".join([_root_line(), *_rows(chosen), f"  {human(total):>9}  in all"])
     if not yes:
         if out.json or not sys.stdin.isatty():
-            return out.result({**data, "deleted": False, "dry_run": True},
+            return Output({**data, "deleted": False, "dry_run": True},
                               f"{listing}\nnothing deleted (a dry run): add --yes to delete these")
         typer.echo(listing)
         if not typer.confirm(f"delete these {len(chosen)} ({human(total)})?", default=False, err=True):
-            return out.result({**data, "deleted": False, "dry_run": False}, "nothing deleted")
+            return Output({**data, "deleted": False, "dry_run": False}, "nothing deleted")
         listing = None
     cleared = clear(chosen)
     freed = sum(e.bytes for e in cleared.deleted)
     done = "\n".join([f"deleted {len(cleared.deleted)} cache entr{'y' if len(cleared.deleted) == 1 else 'ies'}, "
                       f"{human(freed)} freed", *kept_lines(cleared.kept)])
-    out.result({**data, "deleted": bool(cleared.deleted), "dry_run": False,
-                "kept": [e.to_dict() for e in cleared.kept]}, done if listing is None else f"{listing}\n{done}")
-    if cleared.kept:
-        raise typer.Exit(1)
+    return Output({**data, "deleted": bool(cleared.deleted), "dry_run": False,
+                   "kept": [e.to_dict() for e in cleared.kept]}, done if listing is None else f"{listing}\n{done}",
+                  exit_code=1 if cleared.kept else 0)

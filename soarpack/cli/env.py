@@ -5,14 +5,13 @@ from __future__ import annotations
 import typer
 
 from soarpack.cli import command
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output
 
 
 @command("env")
 def env_cmd(
     no_sizes: bool = typer.Option(False, "--no-sizes", help="Skip measuring the cache (a big one takes seconds)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-) -> None:
+) -> Output:
     """Versions, the Python 3.10 found, the image stand-in, the cache and disk.
 
     The versions of soarpack, Python, torch, transformers and gptqmodel
@@ -31,7 +30,6 @@ def env_cmd(
     from soarpack.cache import human
     from soarpack.envinfo import report
 
-    out = sink(as_json)
     data = report(sizes=not no_sizes)
     v, py, stack, cache = data["versions"], data["python310"], data["image_stand_in"], data["cache"]
     lines = ["versions: " + ", ".join(f"{k} {v[k] or 'not installed'}" for k in v), f"python: {data['executable']}"]
@@ -55,4 +53,4 @@ def env_cmd(
     for e in cache["entries"]:
         size = "" if no_sizes else f"{human(e['bytes']):>9}  "
         lines.append(f"  {size}{e['name']}" + (f"  [{e['note']}]" if e["note"] else ""))
-    out.result(data, "\n".join(lines))
+    return Output(data, "\n".join(lines))

@@ -23,7 +23,6 @@ def fake_server_cmd(
                                help="Delay before the first streamed token of /generate."),
     token_delay: float = typer.Option(0.0005, "--token-delay", metavar="SECONDS", min=0.0,
                                       help="Delay per streamed token (sent 16 to a chunk)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the address as JSON."),
 ) -> None:
     """A stand-in, not SGLang: answers in the SGLang/OpenAI format with made-up text.
 
@@ -46,7 +45,7 @@ def fake_server_cmd(
     """
     from soarpack.serve.fake_server import FakeSGLang, GenerateScript, made_up_reply
 
-    out = sink(as_json)
+    out = sink()
     server = FakeSGLang(model_id=model_id, port=port, chat=made_up_reply,
                         generate=GenerateScript(ttft_s=ttft, token_delay_s=token_delay, tokens_per_chunk=16))
     try:

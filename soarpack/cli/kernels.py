@@ -3,14 +3,13 @@ thresholds they imply."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from soarpack.cli import command
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output
 
 
 @command("kernels")
@@ -20,9 +19,8 @@ def kernels(
     m: Optional[str] = typer.Option(None, "--m", metavar="M,...", help="Row counts to time (default 1,2,4,...,16384: every power of 2)."),
     marlin_ext: Optional[Path] = typer.Option(None, "--marlin-ext", metavar="SO", help="Marlin built by benchmarks/build_marlin_ext.py, when sgl_kernel does not import."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Also write the JSON result here."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the tables."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
-) -> None:
+) -> Output:
     """Time the W4 and FP8 kernel routes on this GPU for CKPT's shapes (or the recipes'); print the thresholds.
 
     bf16, Marlin, dequantize + bf16 GEMM, the split-K W4 kernel, patch 04's dispatch and patch 05's FP8 route (the
@@ -51,4 +49,4 @@ def kernels(
     res = run_kernels(ckpt, recipe or (), ms, marlin_ext=str(marlin_ext) if marlin_ext else None)
     if out:
         atomic_write_json(out, res)
-    typer.echo(json.dumps(res, indent=1) if sink(as_json).json else render_text(res))
+    return Output(res, render_text(res))

@@ -1,8 +1,10 @@
-"""The CLI's one output sink: a command's result on stdout (text, or JSON with `--format json` / `--json`), the
-libraries' events on stderr (soarpack.steps.Event), their amount set by -q / -v the same way for every command.
+"""The CLI's one output sink: a command returns its result (an `Output`) and the sink renders it on stdout (text,
+or JSON with `--format json`), the libraries' events on stderr (soarpack.steps.Event), their amount set by the
+global -q / -v the same way for every command.
 
     text (default)  the result as text; progress, notes and problems on stderr
-    json            only the result's JSON on stdout (its warnings are in it); stderr only for an error
+    json            only the result's JSON on stdout (its warnings and verdict are in it); stderr holds progress
+                    lines, and an error's lines
     -q              only problems and the result;  -v  every line the libraries emit
 """
 
@@ -11,11 +13,12 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 import typer
 from rich.markup import escape
 
+from soarpack.errors import SoarpackError
 from soarpack.printable import printable
 from soarpack.steps import Event
 
@@ -36,6 +39,37 @@ class _State:
 STATE = _State()
 
 
+class Verdict(SoarpackError):
+    """A run that worked but whose result is a no-go (below the gate, incomplete): exit 1. With --format json the
+    document says it, so no line on stderr repeats it."""
+
+    exit_code = 1
+
+
+@dataclass
+class Output:
+    """What a command returns: `data` for --format json; `text` a string, or a function that draws on the stdout
+    console (tables); `verdict` raised after the result is shown (its exit code is the command's), or only an
+    `exit_code`."""
+
+    data: Any
+    text: Union[str, Callable[[Any], None], None] = None
+    verdict: Optional[SoarpackError] = None
+    exit_code: int = 0  # a no-go that the result itself says (check's verdict line, diagnose's findings)
+
+
+def show(output: Output) -> None:
+    """Render a command's Output through the running command's sink, then raise its verdict."""
+    data, verdict = output.data, output.verdict
+    if verdict is not None and isinstance(data, dict):  # the document says why the exit code is not 0
+        data = {**data, "verdict": {"message": verdict.message, "hint": verdict.hint, "exit_code": verdict.exit_code}}
+    sink().result(data, output.text)
+    if verdict is not None:
+        raise verdict
+    if output.exit_code:
+        raise typer.Exit(output.exit_code)
+
+
 def reset(fmt: Optional[str] = None, quiet: bool = False, verbose: bool = False) -> None:
     """Set by the root callback (`soarpack --format json -q CMD`) before every command."""
     from soarpack.cli import UsageError
@@ -46,13 +80,13 @@ def reset(fmt: Optional[str] = None, quiet: bool = False, verbose: bool = False)
     STATE.verbosity = QUIET if quiet else VERBOSE if verbose else NORMAL
 
 
-def sink(as_json: bool = False, quiet: bool = False, verbose: bool = False) -> "Sink":
-    """The sink of the running command: its own --json / -q / -v over the global ones."""
+def sink(quiet: bool = False, verbose: bool = False) -> "Sink":
+    """The sink of the running command: the global --format / -q / -v (quantize's own -q / -v over them)."""
     from soarpack.cli import UsageError
 
     if quiet and verbose:
         raise UsageError("--quiet and --verbose exclude each other", "pick one")
-    fmt = Format.json.value if as_json else STATE.format
+    fmt = STATE.format
     verbosity = QUIET if quiet else VERBOSE if verbose else STATE.verbosity
     return Sink(fmt, verbosity)
 
@@ -130,10 +164,14 @@ class Sink:
     def close(self) -> None:
         self._stop_status()
 
-    def result(self, data: Any, text: Optional[str] = None) -> None:
-        """The command's result on stdout: its JSON, or its text."""
+    def result(self, data: Any, text: Union[str, Callable[[Any], None], None] = None) -> None:
+        """The command's result on stdout: its JSON, or its text (a string, or drawn on the stdout console)."""
         self.close()
         if self.json:
             typer.echo(json.dumps(data, indent=2, default=str))
+        elif callable(text):
+            from rich.console import Console
+
+            text(Console())  # the tables quote names from files and servers: they pass them through printable
         elif text is not None:
             typer.echo(printable(text, keep="\n"))  # names and values from files, servers, the environment

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import inspect
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional, get_args
@@ -10,14 +10,13 @@ from typing import List, Optional, get_args
 import typer
 
 from soarpack.cli import command, renamed, required
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output, sink
 from soarpack.errors import CheckpointError, ConfigError
 from soarpack.printable import printable
 
 from soarpack.quant.options import CALIBRATION_DEFAULTS as _CAL
-from soarpack.quant.options import QuantizeOptions
-
-_D = QuantizeOptions()
+from soarpack.commands.quantize import QuantizeRequest
+from soarpack.request import cli_values, typer_parameters
 
 
 class Device(str, Enum):
@@ -26,33 +25,7 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
-# the choices QuantizeOptions accepts, as an Enum so that --help lists them and a typo fails before any work
-AutoMap = Enum("AutoMap", {m.replace("-", "_"): m for m in get_args(QuantizeOptions.model_fields["auto_map"].annotation)},
-               type=str)
-
-
-@command("quantize")
-def quantize_cmd(
-    model_dir: Path = typer.Argument(..., metavar="MODEL_DIR", help="The original MiniCPM-SALA checkpoint directory."),
-    out_dir: Path = typer.Argument(..., metavar="OUT", help="Where to write the GPTQ checkpoint (atomically)."),
-    recipe: str = typer.Option(_D.recipe, "--recipe", help="A built-in recipe name or a recipe .toml file."),
-    calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE", help="Calibration file(s); repeatable. Default: built-in prompts."),
-    held_out: Optional[List[Path]] = typer.Option(None, "--held-out", metavar="FILE", help="Held-out file(s) for the sanity loss and KL; repeatable. Default: built-in prompts disjoint from the calibration rows."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", help=f"Calibration rows (default: the recipe's, else {_CAL.rows})."),
-    max_len: Optional[int] = typer.Option(None, "--max-len", metavar="TOKENS", help=f"Tokens per row, left-truncated, < dense_len (default: the recipe's, else {_CAL.max_len})."),
-    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help=f"Seed for calibration selection and generation (default: the recipe's, else {_CAL.seed})."),
-    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", help=f"Calibration rows per forward; padding is masked out of the Hessian (default: the recipe's, else {_CAL.batch})."),
-    device: Device = typer.Option(Device(_D.device), "--device", help="Where to run: a GPU when there is one (auto), cpu or cuda."),
-    force: bool = typer.Option(_D.force, "--force", help="Replace a non-empty output directory."),
-    log: Optional[Path] = typer.Option(None, "--log", metavar="FILE", help="Append the run's log, and the libraries' own output, to this file (default: OUT.log beside OUT)."),
-    max_sanity_loss: float = typer.Option(_D.sanity_max_loss, "--max-sanity-loss", metavar="NATS", help="Stop if the original model's loss exceeds this."),
-    fp16: bool = typer.Option(False, "--fp16", help="Store non-quantized tensors in float16 (default: keep bfloat16)."),
-    auto_map: AutoMap = typer.Option(AutoMap(_D.auto_map), "--auto-map", help="keep, or drop-config (remove auto_map.AutoConfig)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Skip the KL quality measurement."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
+def quantize_cmd(**given) -> Output:
     """GPTQ-quantize MODEL_DIR with a recipe into OUT, ready for SGLang's gptq_marlin.
 
     The report is written to OUT/soarpack_quant_report.json. It and the
@@ -86,29 +59,39 @@ def quantize_cmd(
     # so imported under the bar its warnings would reach the terminal instead of the run's log.
     import soarpack.quant.run  # noqa: F401
 
-    out = sink(as_json, quiet, verbose)
-    log = log or default_log_path(out_dir)
+    out = sink(quiet=given.pop("quiet"), verbose=given.pop("verbose"))
+    values = cli_values(QuantizeRequest, given)
+    request = QuantizeRequest.from_cli(values)  # the one validator; a refusal names the flag
+    log = request.log or default_log_path(request.out_dir)
     # off a terminal: plain lines; on an error: the log's path; on Ctrl-C: where it stopped, and exit 130
-    with QuantizeProgress(verbosity=out.verbosity, out_dir=out_dir, log=log) as progress:
-        result = api.quantize(model_dir, out_dir, recipe=recipe, calib=calib, held_out=held_out, rows=rows,
-                              max_len=max_len, seed=seed, batch=batch, device=device.value, force=force, log=log,
-                              max_sanity_loss=max_sanity_loss, fp16=fp16, auto_map=auto_map.value,
-                              no_report=no_report, library_output="terminal" if out.verbosity >= 2 else "log",
+    with QuantizeProgress(verbosity=out.verbosity, out_dir=request.out_dir, log=log) as progress:
+        result = api.quantize(**{**values, "log": log}, library_output="terminal" if out.verbosity >= 2 else "log",
                               on_event=progress.render)
-    if out.json:
-        return out.result(result.to_dict())
-    _print_result(result, out_dir, log)
+    return Output(result.to_dict(), lambda console: _draw_result(console, result, request.out_dir, log))
+
+
+# the options are QuantizeRequest's fields; -q and -v are this command's own (over the global ones)
+quantize_cmd.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *typer_parameters(QuantizeRequest),
+    inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--quiet", "-q", help="No progress bar; only fallbacks, problems and the result.")),
+    inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--verbose", "-v", help="Every phase and step as a line; the libraries' own output on stderr too.")),
+], return_annotation=Output)
+quantize_cmd = command("quantize")(quantize_cmd)
 
 
 def default_log_path(out_dir: Path) -> Path:
     return out_dir.with_name(out_dir.name + ".log") if out_dir.name not in ("", "..") else Path(str(out_dir.resolve()) + ".log")
 
 
-def _print_result(result, out_dir: Path, log: Path) -> None:
-    from rich.console import Console
+def _draw_result(console, result, out_dir: Path, log: Path) -> None:
     from rich.table import Table
 
     from soarpack.quant.run import REPORT_FILE
+
+    def echo(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     bits = sorted({b for b in result.modules.values() if not b.startswith("16")})
     table = Table(title=f"{result.recipe}: {result.quantized_modules} quantized ({', '.join(bits) or 'none'}), "
@@ -119,7 +102,6 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
         table.add_row(k, f"{v:.1f}")
     table.add_section()
     table.add_row("total", f"{sum(result.timings.values()):.1f}")
-    console = Console()
     console.print(table)
     kl = result.quality.get("kl")
     if kl:
@@ -144,13 +126,13 @@ def _print_result(result, out_dir: Path, log: Path) -> None:
     if "rows_used" in cal:
         from soarpack.quant.calibinfo import rows_line, where_from
 
-        typer.echo(printable(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"],
-                                       where_from(cal["sources"], cal["builtin"]))))  # names the user's files
+        echo(printable(rows_line(cal["rows_used"], cal["rows_asked"], cal["asked_by"],
+                                 where_from(cal["sources"], cal["builtin"]))))  # names the user's files
     for note in result.notes:
-        typer.echo(f"note: {printable(note)}")
-    typer.echo(f"report: {printable(out_dir / REPORT_FILE)}")
+        echo(f"note: {printable(note)}")
+    echo(f"report: {printable(out_dir / REPORT_FILE)}")
     n = result.library_warnings  # the libraries' warnings are in the log, not here; None: they went to the terminal
-    typer.echo(f"log: {printable(log)}" if n is None else f"{n} library warning{'s' if n != 1 else ''}: {printable(log)}")
+    echo(f"log: {printable(log)}" if n is None else f"{n} library warning{'s' if n != 1 else ''}: {printable(log)}")
 
 
 @command("verify")
@@ -158,10 +140,9 @@ def verify_cmd(
     ckpt: Path = typer.Argument(..., metavar="CKPT", help="A quantized checkpoint directory."),
     original: Optional[Path] = typer.Option(None, "--original", metavar="DIR",
                                             help="The original checkpoint, for byte and error checks."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     device: Device = typer.Option(Device.auto, "--device",
                                   help="Where to unpack and dequantize: a GPU when there is one (auto), cpu or cuda."),
-) -> None:
+) -> Output:
     """Check that CKPT is a GPTQ checkpoint gptq_marlin serves as is; exit non-zero listing every problem.
 
     Example: soarpack verify sala-w4 --original MiniCPM-SALA
@@ -172,17 +153,12 @@ def verify_cmd(
     if not ckpt.is_dir():
         raise CheckpointError(f"{ckpt} is not a directory", "pass a quantized checkpoint directory")
     rep = verify_report(ckpt, original, device=resolve_device(device.value))
-    if sink(as_json).json:
-        typer.echo(json.dumps(rep.to_dict(), indent=2))
-    else:
-        for p in rep.problems:
-            typer.echo(printable(p))  # problems quote tensor names from the checkpoint
-        if rep.module_errors:
-            worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
-            typer.echo(f"dequantization error: {len(rep.module_errors)} modules, worst {printable(worst[0])} {worst[1]:.4f}")
-        typer.echo("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
-    if rep.problems:
-        raise typer.Exit(1)
+    lines = [printable(p) for p in rep.problems]  # problems quote tensor names from the checkpoint
+    if rep.module_errors:
+        worst = max(rep.module_errors.items(), key=lambda kv: kv[1])
+        lines.append(f"dequantization error: {len(rep.module_errors)} modules, worst {printable(worst[0])} {worst[1]:.4f}")
+    lines.append("ok" if not rep.problems else f"{len(rep.problems)} problem(s)")
+    return Output(rep.to_dict(), "\n".join(lines), exit_code=1 if rep.problems else 0)
 
 
 @command("calib")
@@ -200,9 +176,8 @@ def calib_cmd(
     write_builtin: Optional[Path] = typer.Option(None, "--write-builtin", metavar="FILE",
                                                  help="Also write the built-in prompts as JSONL here."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --write-builtin file with other content."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     old_tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", hidden=True),
-) -> None:
+) -> Output:
     """Preview calibration data: rows per task, token-length histogram, truncation.
 
     A JSONL line of FILES is one of:
@@ -249,22 +224,20 @@ def calib_cmd(
     where = where_from(summary["sources"], summary["builtin"])
     if write_builtin:
         placed = place_bytes(write_builtin, builtin_calibration_text(rows, seed, max_len).encode("utf-8"),
-                             force=force, inputs=inputs, what="--write-builtin", log=sink(as_json).note)
-        typer.echo(placed.says(), err=True)
-    if sink(as_json).json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+                             force=force, inputs=inputs, what="--write-builtin", log=sink().note)
+        sink().say(placed.says())
     # file names and task names are the user's data: printable
-    typer.echo(printable(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
+    lines = [printable(f"{rows_line(summary['rows'], rows, asked_by, where)}; {summary['tokens']} tokens (min "
                          f"{summary['min_len']}, median {summary['median_len']}, max {summary['max_len']}), "
-                         f"{summary['truncated']} left-truncated"))
+                         f"{summary['truncated']} left-truncated")]
     short = shortfall(summary["rows"], rows, asked_by, where)
     if short:
-        typer.echo(f"note: {printable(short)}")
-    typer.echo("tasks: " + ", ".join(f"{printable(k)} {v}" for k, v in summary["tasks"].items()))
+        lines.append(f"note: {printable(short)}")
+    lines.append("tasks: " + ", ".join(f"{printable(k)} {v}" for k, v in summary["tasks"].items()))
     largest = max(summary["length_histogram"].values(), default=0)
     for bucket, n in summary["length_histogram"].items():
-        typer.echo(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
+        lines.append(f"  {bucket:>11} {n:5d} {histogram_bar(n, largest)}".rstrip())
+    return Output(summary, "\n".join(lines))
 
 
 HISTOGRAM_WIDTH = 60
@@ -281,8 +254,7 @@ def histogram_bar(count: int, largest: int, width: int = HISTOGRAM_WIDTH) -> str
 def recipes_cmd(
     name: Optional[str] = typer.Argument(None, metavar="NAME", help="Print this built-in recipe's TOML.",
                                          show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print the recipes and their evidence as JSON."),
-) -> None:
+) -> Output:
     """The built-in quantization recipes and what is known about each, with its source.
 
     Without NAME: every recipe, its description and its evidence (what peers measured on the platform, what
@@ -301,16 +273,13 @@ def recipes_cmd(
         recipe = load_recipe(name)  # a name that is not a built-in stops here with the list
         if recipe.source != f"{name}.toml" or not (RECIPES_DIR / f"{name}.toml").is_file():
             raise ConfigError(f"{name!r} is not a built-in recipe name", f"built-in recipes: {', '.join(list_recipes())}")
-        typer.echo((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
-        return
+        toml = (RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8")
+        return Output({"name": name, "toml": toml}, lambda console: typer.echo(toml, nl=False))  # bytes as shipped
     recipes = [load_recipe(n) for n in list_recipes()]
-    if sink(as_json).json:
-        typer.echo(json.dumps([{"name": r.name, "description": r.description,
-                                "evidence": [e.model_dump() for e in r.evidence]} for r in recipes], indent=2))
-        return
+    lines = []
     for r in recipes:
-        typer.echo(f"{r.name}: {r.description}")
-        for e in r.evidence:
-            typer.echo(f"    {e.line()}")
+        lines += [f"{r.name}: {r.description}", *(f"    {e.line()}" for e in r.evidence)]
         if not r.evidence:
-            typer.echo("    no evidence recorded")
+            lines.append("    no evidence recorded")
+    return Output([{"name": r.name, "description": r.description, "evidence": [e.model_dump() for e in r.evidence]}
+                   for r in recipes], "\n".join(lines))

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from soarpack.cli import command
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output
 
 
 @command("tiny-model")
@@ -26,8 +26,7 @@ def tiny_model(
     vocab: int = typer.Option(512, "--vocab", metavar="N", help="Vocabulary size (tokenizer trained to it)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed for weights and tokenizer."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output directory."),
-    as_json: bool = typer.Option(False, "--json", help="Print the path and layer kinds as JSON."),
-) -> None:
+) -> Output:
     """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout.
 
     Example:
@@ -39,11 +38,7 @@ def tiny_model(
 
     path = api.tiny_model(out, layers=layers, pattern=pattern, hidden=hidden, intermediate=intermediate, heads=heads,
                           kv_heads=kv_heads, vocab=vocab, seed=seed, force=force)
-    if sink(as_json).json:
-        import json
+    from soarpack.sala.config import load_config
 
-        from soarpack.sala.config import load_config
-
-        typer.echo(json.dumps({"path": str(path), "mixer_types": list(load_config(path).mixer_types)}, indent=2))
-        return
-    typer.echo(f"wrote tiny MiniCPM-SALA checkpoint to {path}")
+    return Output({"path": str(path), "mixer_types": list(load_config(path).mixer_types)},
+                  f"wrote tiny MiniCPM-SALA checkpoint to {path}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,7 +10,7 @@ from rich.markup import escape
 
 from soarpack.cli import app, command, err_console, renamed, required, sub_app, subcommand
 from soarpack.printable import printable
-from soarpack.cli.output import sink
+from soarpack.cli.output import Output, sink
 from soarpack.facts import launch
 from soarpack.recipe.profile import DEFAULT_PROFILE
 
@@ -22,11 +21,9 @@ _SRC_HELP = "The SGLang fork's python/ folder (the one holding sglang/), or its 
 _PATCH_HELP = "Only this patch (repeatable); default: all, in order."
 
 
-def _print_tree_report(report) -> None:
-    from rich.console import Console
+def _draw_tree_report(report, console) -> None:
     from rich.table import Table
 
-    console = Console()
     shown = lambda text: escape(printable(text))  # noqa: E731 - paths and messages name the tree's own files
     where = f"fork commit {report.commit} ({report.state})" if report.commit else "no known fork commit"
     console.print(f"[bold]{shown(report.src)}[/]: touched files match {shown(where)}", highlight=False)
@@ -49,9 +46,8 @@ def _print_tree_report(report) -> None:
 def sglang_check(
     src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR", help=_SRC_HELP + " [required]"),
     patch: Optional[List[str]] = typer.Option(None, "--patch", metavar="NAME", help=_PATCH_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
-) -> None:
+) -> Output:
     """Which patches apply, are already applied or fail on a tree, and which fork commit it matches.
 
     Example:
@@ -63,14 +59,11 @@ def sglang_check(
 
     src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
 
-    report = check_tree(src, patch or None, log=sink(as_json).note)
-    if sink(as_json).json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        _print_tree_report(report)
-    if not report.ok:
-        raise PatchError(f"{sum(p.status == 'fail' for p in report.patches)} patch(es) do not apply to {report.src}",
+    report = check_tree(src, patch or None, log=sink().note)
+    failing = PatchError(f"{sum(p.status == 'fail' for p in report.patches)} patch(es) do not apply to {report.src}",
                          "see the lines above: the file and line where each hunk stopped matching")
+    return Output(report.to_dict(), lambda console: _draw_tree_report(report, console),
+                  None if report.ok else failing)
 
 
 @subcommand(sglang_app, "apply")
@@ -81,10 +74,9 @@ def sglang_apply(
                                             "place). [required]"),
     patch: Optional[List[str]] = typer.Option(None, "--patch", metavar="NAME", help=_PATCH_HELP),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --output."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
-) -> None:
+) -> Output:
     """Copy the tree to --output with our patches applied; all or nothing.
 
     Example:
@@ -97,16 +89,17 @@ def sglang_apply(
     src = required(renamed(src, old_src, "--sglang-src", "--src"), "--sglang-src")
     out = required(renamed(out, old_out, "--output", "--out"), "--output")
 
-    report = apply_patches(src, out, patch or None, force=force, log=sink(as_json).note)
-    if sink(as_json).json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        _print_tree_report(report)
-        typer.echo(f"patched tree: {out}")
+    report = apply_patches(src, out, patch or None, force=force, log=sink().note)
+
+    def draw(console) -> None:
+        _draw_tree_report(report, console)
+        console.print(f"patched tree: {printable(out)}", markup=False, highlight=False)
+
+    return Output(report.to_dict(), draw)
 
 
 @subcommand(sglang_app, "list")
-def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def sglang_list() -> Output:
     """The patches, in apply order, with what each changes.
 
     Example:
@@ -117,13 +110,9 @@ def sglang_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     from soarpack.serve.patches import load_patches, patch_dir
 
     patches = load_patches()
-    if sink(as_json).json:
-        typer.echo(json.dumps([{"name": p.name, "file": str(p.path), "concern": p.summary,
-                                "files": [f.path for f in p.files]} for p in patches], indent=2))
-        return
-    typer.echo(f"patch set: {patch_dir()}")
-    for p in patches:
-        typer.echo(f"{p.name:28s} {p.summary}")
+    data = [{"name": p.name, "file": str(p.path), "concern": p.summary, "files": [f.path for f in p.files]}
+            for p in patches]
+    return Output(data, "\n".join([f"patch set: {patch_dir()}", *(f"{p.name:28s} {p.summary}" for p in patches)]))
 
 
 def _launch_example() -> str:
@@ -147,12 +136,11 @@ _ARGS_HELP = f"""Print SGLANG_SERVER_ARGS for a serving profile, after linting i
 def args_cmd(
     profile: str = typer.Argument(DEFAULT_PROFILE, metavar="PROFILE",
                                   help="Serving profile name (soarpack profiles) or a .toml path."),
-    as_json: bool = typer.Option(False, "--json", help="Print the profile, its args and the lint findings as JSON."),
     src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR",
                                        help="Lint the flags against this fork tree's server_args.py."),
     unpatched: bool = typer.Option(False, "--unpatched", help="Lint as if none of the profile's patches were applied."),
     old_src: Optional[Path] = typer.Option(None, "--src", hidden=True),
-) -> None:
+) -> Output:
     """_ARGS_HELP above (the launch line comes from soarpack.facts.launch)."""
     from rich.markup import escape
 
@@ -164,19 +152,16 @@ def args_cmd(
     prof = load_profile(profile)
     tree = resolve_src(src) if src else None
     findings = lint_args(prof.args, recipe=prof.recipe, patched=set() if unpatched else set(prof.patches), server_args_py=tree)
-    if sink(as_json).json:
-        typer.echo(json.dumps({**prof.to_dict(), "findings": [f.to_dict() for f in findings]}, indent=2))
-    else:
+    if not sink().json:  # problems, on stderr (the document lists them)
         for f in findings:
             color = "red" if f.level == "error" else "yellow"
             err_console.print(f"[{color}]{f.level}[/] {escape(f.rule)}: {escape(f.message)}", highlight=False)
     raise_on_errors(findings, f"profile {prof.name}")
-    if not sink(as_json).json:
-        typer.echo(prof.args_string())
+    return Output({**prof.to_dict(), "findings": [f.to_dict() for f in findings]}, prof.args_string())
 
 
 @command("profiles")
-def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def profiles_cmd() -> Output:
     """The serving profiles: recipe, patches, fallback, what each is for, and what is known about it.
 
     Each evidence line gives what peers measured on the platform, what soarpack measured, or that nothing
@@ -190,17 +175,14 @@ def profiles_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     from soarpack.recipe.profile import list_profiles, load_profile
 
     profs = [load_profile(n) for n in list_profiles()]
-    if sink(as_json).json:
-        typer.echo(json.dumps([p.to_dict() for p in profs], indent=2))
-        return
+    lines = []
     for p in profs:
         mark = " (default)" if p.name == DEFAULT_PROFILE else ""
-        typer.echo(f"{p.name}{mark}: recipe {p.recipe}, patches [{', '.join(p.patches)}], fallback {p.fallback or '-'}")
-        typer.echo(f"    {p.description}")
-        for e in p.evidence:
-            typer.echo(f"    evidence {e.line()}")
+        lines += [f"{p.name}{mark}: recipe {p.recipe}, patches [{', '.join(p.patches)}], fallback {p.fallback or '-'}",
+                  f"    {p.description}", *(f"    evidence {e.line()}" for e in p.evidence)]
         if not p.evidence:
-            typer.echo("    evidence: none recorded")
+            lines.append("    evidence: none recorded")
+    return Output([p.to_dict() for p in profs], "\n".join(lines))
 
 
 @command("serve-check")
@@ -216,8 +198,7 @@ def serve_check_cmd(
                                           help="The child's interpreter (torch and the fork's deps); default: the "
                                                "image stand-in."),
     dev_stack: bool = typer.Option(False, "--dev-stack", help="Run the child on this interpreter instead of the image stand-in."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
+) -> Output:
     """Load a checkpoint through the SGLang fork's own code on a CPU.
 
     Shows the quant method per linear, leftover tensors and unwritten parameters. Exit 0 pass, 1 fail, 2 bad input.
@@ -232,16 +213,11 @@ def serve_check_cmd(
 
     server_args = load_profile(profile).args if profile else None
     result = run_fork_check(ckpt, sglang_src, recipe, python, dev_stack=dev_stack, server_args=server_args,
-                            on_event=sink(as_json).event)
-    if sink(as_json).json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        typer.echo(result.table)
-        typer.echo(result.summary)
-    if not result.ok:
+                            on_event=sink().event)
+    if not result.ok and not sink().json:  # the document lists them
         for problem in result.problems:
             err_console.print(f"[bold red]error:[/] {escape(printable(problem))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+    return Output(result.to_dict(), f"{result.table}\n{result.summary}", exit_code=0 if result.ok else 1)
 
 
 @command("rehearse-server")
@@ -263,9 +239,8 @@ def rehearse_server_cmd(
                                                   "the platform's. Default: the platform's limits."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PYTHON",
                                          help="The Python with the fork installed; default: this one."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result and its steps as JSON."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
-) -> None:
+) -> Output:
     """On a GPU box with the fork installed: serve CKPT as the platform does, eval a slice, bench, score.
 
     Reports the accuracy gate C with its margin. Exit 1 when C < 1 or a request failed.
@@ -281,10 +256,8 @@ def rehearse_server_cmd(
 
     from soarpack.rehearse.server import rehearse_server
 
-    sink_ = sink(as_json)
+    sink_ = sink()
     result = rehearse_server(ckpt, profile, data, out, port=port, python=python or sys.executable, per_task=per_task,
                              bench_rows=bench_rows, ready_timeout_s=ready_timeout, max_tokens=max_tokens,
                              on_event=sink_.event)
-    sink_.result(result.to_dict(), result.gate or result.summary)
-    if not result.ok:
-        raise typer.Exit(1)
+    return Output(result.to_dict(), result.gate or result.summary, exit_code=0 if result.ok else 1)

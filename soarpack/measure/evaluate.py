@@ -30,6 +30,7 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from soarpack.asyncrun import run_to_end
 from soarpack.measure import client as http
 from soarpack.measure.jsonl import read_jsonl_numbered
 from soarpack.measure.provenance import measured, tool_versions
@@ -418,4 +419,4 @@ def _merge_or_refuse(cfg: EvalConfig, previous: dict, api_base: str, served: dic
 
 
 def run_eval(cfg: EvalConfig, on_event: EventCallback = no_events) -> dict:
-    return asyncio.run(run_eval_async(cfg, on_event))
+    return run_to_end(lambda: run_eval_async(cfg, on_event))  # also inside a running loop (a notebook)

@@ -31,6 +31,7 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from soarpack.asyncrun import run_to_end
 from soarpack.measure import client as http
 from soarpack.measure.jsonl import read_jsonl_numbered
 from soarpack.measure.provenance import measured, tool_versions
@@ -227,6 +228,9 @@ def check_bench_config(cfg: BenchConfig) -> None:
     for flag, value in (("--stall-timeout", cfg.stall_s), ("timeout", cfg.timeout_s)):
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"{flag} {value:g} must be a positive number of seconds", f"the default is {DEFAULT_STALL_S:g}")
+    if not (math.isfinite(cfg.settle_s) and cfg.settle_s >= 0):
+        raise ConfigError(f"--settle {cfg.settle_s:g} must be a number of seconds, 0 or more",
+                          "bench_serving waits 1 s after the flush")
     if cfg.rows is not None and cfg.rows < 1:
         raise ConfigError(f"--rows {cfg.rows} must be at least 1", "leave --rows out to send every row")
     unknown = sorted(set(cfg.tiers) - set(TIER_CONCURRENCY))
@@ -308,4 +312,4 @@ async def run_bench_async(cfg: BenchConfig, on_event: EventCallback = no_events)
 
 
 def run_bench(cfg: BenchConfig, on_event: EventCallback = no_events) -> dict:
-    return asyncio.run(run_bench_async(cfg, on_event))
+    return run_to_end(lambda: run_bench_async(cfg, on_event))  # also inside a running loop (a notebook)
