@@ -292,7 +292,8 @@ def test_bench_sends_what_the_organisers_script_sends_and_times_it_alike(stack, 
         # the window the server saw, plus the last answer's way back (no warm-up, flush or pause inside: each of
         # those is a second or more here).
         for who, reported, run in (("soarpack", mine, our_runs[i]), ("organisers'", theirs_s, their_runs[i])):
-            assert 0 <= reported - run["window_s"] < 0.01 * reported + 0.2, (tier, who, reported, run["window_s"])
+            # (bench_serving prints its duration rounded to 0.01 s, so it may read up to 5 ms under the window.)
+            assert -0.005 <= reported - run["window_s"] < 0.01 * reported + 0.2, (tier, who, reported, run["window_s"])
     # S8 as the server ran it, net of our client's lag: the fork's seed-1 shuffle, not the file's order.
     s8_work = report["tiers"]["s8"]["duration_s"] - client_lag_s(our_runs[1], 8)
     assert abs(s8_work - expected_s8) / expected_s8 < abs(file_order_s8 - expected_s8) / expected_s8 / 2
