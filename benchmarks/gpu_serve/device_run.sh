@@ -58,12 +58,6 @@ stage_ref() {
     PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py reference --ckpt $M/$v --out "$OUT/ref-$v.json" --device cuda || return 1
   done
 }
-fork_f8() {  # the fork with patches 04 + 05 (issue 37), made once per machine; prints its python/ folder
-  local out=/tmp/fork-f8/python
-  [ -d $out ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out --patch w4-dispatch \
-    --patch fp8-prefill > "$OUT/patch-w4f8.json" || return 1
-  echo $out
-}
 serve_and_compare() {  # $1: bf16 | w4 | fp8 | w4f8
   local v=$1 need=16 flags=(--bf16) ckpt=$M/$1 fork=$FORK extra=$SERVE_EXTRA ref=$1
   if [ "$v" = w4 ]; then need=15; flags=(--marlin-so "$ROOT/$MARLIN_SO"); fi

@@ -53,3 +53,9 @@ patched_fork() {  # prints the patched tree's python/ folder
     --patch w4-dispatch > "$OUT/patch-w4d.json") || return 1
   echo $out
 }
+fork_f8() {  # the fork with patches 04 + 05 (issue 37), made once per machine; prints its python/ folder
+  local out=/tmp/fork-f8/python
+  [ -d $out ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out --patch w4-dispatch \
+    --patch fp8-prefill > "$OUT/patch-w4f8.json" || return 1
+  echo $out
+}

@@ -18,15 +18,20 @@
 #   2. the $LAYERS-layer full-width random bf16 model and its w4-mlp copy (compare.py build, w4);
 #   3. the speed sets, with `soarpack speedset` on that model's tokenizer: 1of16 x ROWS_SHORT, long-128k x ROWS_LONG;
 #      their sha256 in $R/sets.json; a one-row pre-warm file (the longest prompt, 8 tokens out);
-#   4. servers, one after another, each fresh: bf16, fast (w4-mlp + patch w4-dispatch), safe (w4-mlp), bf16 again.
-#      safe runs only if, by the time of the earlier runs, it and the last bf16 both fit in BUDGET_S; the last bf16
-#      always runs. On each server: the pre-warm (untimed), then per set both clients, S1, S8, Smax each; the order
-#      of the two clients alternates between the sets;
-#   5. if it fits, issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py), after the table.
+#   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
+#   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
+#      w4-dispatch), fast-fp8 (+ patch fp8-prefill), fp8 (the bf16 checkpoint, the fork's --quantization fp8), safe
+#      (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always. On each
+#      server: the pre-warm (untimed), then per set of SETS both clients, S1, S8, Smax each; the order of the two
+#      clients alternates between the sets;
+#   6. GLA=last: the same check after the table, if it fits.
 set -uo pipefail
 R=/tmp/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
 . "$(dirname "$0")/lib.sh"; cd "$ROOT"
 ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; BUDGET_S=${BUDGET_S:-1400}
+# The runs (bf16-first and bf16-last always, the others in this order as the budget allows), the speed sets, and
+# when patch 06's kernel check runs (first: before the servers; last: after them if it fits; off).
+PLAN=${PLAN:-bf16-first fast safe bf16-last}; SETS=${SETS:-long-128k 1of16}; GLA=${GLA:-last}
 # Graphs up to bs 16 cover every batch of these sets (at most max(ROWS) requests run at once).
 SERVE_EXTRA=${SERVE_EXTRA:---cuda-graph-max-bs 16}
 STANDIN=$R/standin  # `datasets` for bench_serving's module-level import (the custom loader never calls it)
@@ -84,27 +89,42 @@ ours() {  # $1 label, $2 speed set, $3 checkpoint
   return $rc
 }
 
-serve_profile() {  # $1 run name (bf16-first, fast, safe, bf16-last)
-  local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") t=$(date +%s)
+serve_profile() {  # $1 run name: bf16-first, bf16-last, safe, fast, fp8, fast-fp8
+  local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
   case $run in
     bf16*) ckpt=$M/bf16; flags=(--bf16) ;;
+    fp8) ckpt=$M/bf16; flags=(--bf16); extra="$SERVE_EXTRA --quantization fp8" ;;  # the fork's own W8A8, online
     fast) fork=$(patched_fork) || return 1 ;;
+    fast-fp8) fork=$(fork_f8) || return 1 ;;  # patches 04 + 05 at their built-in thresholds
+    safe) ;;
+    *) log "no such profile run: $run"; return 2 ;;
   esac
-  log "server $run: $ckpt on $fork"
-  server_up "$R/server-$run.log" "$ckpt" "$fork" "$SERVE_EXTRA" "${flags[@]}" || return 1
+  log "server $run: $ckpt on $fork ($extra)"
+  server_up "$R/server-$run.log" "$ckpt" "$fork" "$extra" "${flags[@]}" || return 1
   local rc=0
   server_wait > "$R/health-$run.json" || rc=$?
   if [ $rc -eq 0 ]; then
     log "server $run healthy ($(cat $R/health-$run.json)); pre-warm"
+    local tw=$(date +%s)
     PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$ckpt" --trust-remote-code \
       --s1 $R/prewarm.jsonl --no-warmup --settle 0 -o "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
-    log "$run long-128k: soarpack bench"; ours "$run-long-128k" $R/speed-long-128k.jsonl "$ckpt" || rc=1
-    log "$run long-128k: organisers'"; organisers "$run-long-128k" $R/speed-long-128k.jsonl || rc=1
-    log "$run 1of16: organisers'"; organisers "$run-1of16" $R/speed-1of16.jsonl || rc=1
-    log "$run 1of16: soarpack bench"; ours "$run-1of16" $R/speed-1of16.jsonl "$ckpt" || rc=1
+    echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"
+    # The first set: soarpack first; the next: the organisers' first (the order alternates between the sets).
+    local first=ours
+    for set in $SETS; do
+      if [ $first = ours ]; then
+        log "$run $set: soarpack bench"; ours "$run-$set" $R/speed-$set.jsonl "$ckpt" || rc=1
+        log "$run $set: organisers'"; organisers "$run-$set" $R/speed-$set.jsonl || rc=1
+        first=organisers
+      else
+        log "$run $set: organisers'"; organisers "$run-$set" $R/speed-$set.jsonl || rc=1
+        log "$run $set: soarpack bench"; ours "$run-$set" $R/speed-$set.jsonl "$ckpt" || rc=1
+        first=ours
+      fi
+    done
   fi
   server_down
-  grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch" \
+  grep -E "Load weight end|Capture cuda graph end|KV Cache is allocated|max_total_num_tokens|w4-dispatch|fp8-prefill" \
     "$R/server-$run.log" | head -20 > "$R/server-$run.lines"
   [ $rc -eq 0 ] || tail -60 "$R/server-$run.log" > "$R/server-$run.tail"
   echo $(( $(date +%s) - t )) > "$R/took-$run"
@@ -112,11 +132,19 @@ serve_profile() {  # $1 run name (bf16-first, fast, safe, bf16-last)
   return $rc
 }
 
+gla_check() {  # issue 38's kernel check of patch 06: bit-identity with the fork's decode, the Lightning layer's time
+  log "gla decode (patch 06): identity and layer timing"
+  local tiny=(); [ -z "${REHEARSAL:-}" ] || tiny=(--tiny)
+  env ${REHEARSAL:+TRITON_INTERPRET=1} PYTHONPATH=$SITE timeout 300 python3 benchmarks/gpu_gla_decode.py --fork-src $FORK \
+    "${tiny[@]}" --json $R/gla_decode.json > $R/gla_decode.log 2>&1
+  log "gla decode rc=$?"
+}
+
 run() {
   date +%s > $R/t0; echo running > $R/state
   # A run that dies (a bash error, a kill) must not leave `wait` polling a "running" state until its timeout.
   trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "run died"; }; server_down' EXIT
-  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S"
+  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS GLA=$GLA"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
     (mkdir -p /tmp/mb && touch /tmp/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
@@ -127,30 +155,34 @@ run() {
   local marlin_pid=$!
   log "models"; build_models > $R/build.log 2>&1 || { log "build failed"; echo failed > $R/state; return 1; }
   log "speed sets"; make_sets > $R/sets.log 2>&1 || { log "speed sets failed"; echo failed > $R/state; return 1; }
+  # Before the servers, while Marlin builds on the CPU (the GPU is otherwise idle then): patch 06's check.
+  [ "$GLA" != first ] || gla_check
   serve_profile bf16-first
   wait $marlin_pid; local mrc=$?
   MARLIN_ABS=$(ls /tmp/mb/*.so 2>/dev/null | head -1)
   log "marlin build rc=$mrc: ${MARLIN_ABS:-none} ($(tail -1 $R/marlin.log))"
-  if [ $mrc -eq 0 ] && [ -n "$MARLIN_ABS" ]; then
-    serve_profile fast
-    local need=$(( $(cat $R/took-fast 2>/dev/null || echo 600) + $(cat $R/took-bf16-first) + 60 ))
-    if [ $(( $(elapsed) + need )) -le "$BUDGET_S" ]; then serve_profile safe
-    else log "safe skipped: $(elapsed) s gone, safe and the last bf16 need about $need s of the $BUDGET_S"; fi
-  else
-    log "no Marlin extension: the W4 profiles are not served"
-  fi
+  # The middle runs, in PLAN's order, each only if it and the last bf16 still fit in BUDGET_S; the last bf16 always
+  # runs. Their cost is guessed from the first bf16's: less its cold start (FlashInfer's JIT: the health wait beyond
+  # 65 s), and for a run on the unpatched tree (fp8, safe; the last bf16) less its first long prompt's compilation
+  # (the pre-warm beyond 15 s), which a patched tree pays again.
+  local first=$(cat $R/took-bf16-first) healthy prewarm base warm run est need
+  healthy=$(python3 -c "import json; print(int(json.load(open('$R/health-bf16-first.json'))['healthy_after_s']))" 2>/dev/null || echo 65)
+  prewarm=$(cat $R/prewarm-s-bf16-first 2>/dev/null || echo 15)
+  base=$(( first - (healthy > 65 ? healthy - 65 : 0) )); warm=$(( base - (prewarm > 15 ? prewarm - 15 : 0) ))
+  log "cost guesses: a patched tree's run $base s, the unpatched tree's $warm s"
+  for run in $PLAN; do
+    case $run in bf16*) continue ;; esac
+    if [ $run != fp8 ] && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
+    case $run in fast|fast-fp8) est=$base ;; *) est=$warm ;; esac
+    need=$(( est + warm + 30 ))
+    if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
+      log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue
+    fi
+    serve_profile $run
+  done
   serve_profile bf16-last
-  # Issue 38's kernel check (patch 06: bit-identity with the fork's decode, the Lightning layer's time), after the
-  # table so that it can never cost the last bf16 run; only if it fits.
-  if [ $(( $(elapsed) + 200 )) -le "$BUDGET_S" ]; then
-    log "gla decode (patch 06): identity and layer timing"
-    local tiny=(); [ -z "${REHEARSAL:-}" ] || tiny=(--tiny)
-    env ${REHEARSAL:+TRITON_INTERPRET=1} PYTHONPATH=$SITE timeout 300 python3 benchmarks/gpu_gla_decode.py --fork-src $FORK \
-      "${tiny[@]}" --json $R/gla_decode.json > $R/gla_decode.log 2>&1
-    log "gla decode rc=$?"
-  else
-    log "gla decode skipped: $(elapsed) s gone of $BUDGET_S"
-  fi
+  if [ "$GLA" = last ] && [ $(( $(elapsed) + 200 )) -le "$BUDGET_S" ]; then gla_check
+  elif [ "$GLA" = last ]; then log "gla decode skipped: $(elapsed) s gone of $BUDGET_S"; fi
   log "run done after $(elapsed) s"; echo done > $R/state
 }
 
