@@ -2,6 +2,10 @@
 (and `tiny_model`) as functions, with the command line's names (`--sglang-src` is `sglang_src=`, `-n/--rows` is
 `rows=`, `-o/--output` is `output=`).
 
+Each function is derived from its command's typed request (soarpack/commands/): its keywords, their defaults,
+their help() lines and their old names are the request's fields (soarpack.request.api_function). What is written
+here is what each command does with its request, and the prose of its help().
+
 They print nothing: progress goes to an optional `on_event` callback (one `soarpack.steps.Event` per phase start,
 end, line or progress count), results come back typed, and bad input raises `soarpack.errors.SoarpackError` (its
 `message` and `hint` are what the command prints as `error:` and `hint:`). The CLI is a thin layer over these;
@@ -12,16 +16,16 @@ Heavy libraries (torch, GPTQModel, transformers) are imported when a function ru
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional
 
-from soarpack.arguments import checked_arguments
-from soarpack.deprecation import renamed_keywords
+from soarpack.commands.bundle import BuildRequest, CheckRequest
+from soarpack.commands.diagnosis import DiagnoseRequest
 from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
 from soarpack.commands.quantize import QuantizeRequest
+from soarpack.commands.tiny import TinyModelRequest
 from soarpack.request import api_function
-from soarpack.steps import Event, EventCallback, no_events
+from soarpack.steps import Event, EventCallback
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
     from soarpack.measure.results import BenchResult, CompareResult, EvalResult, ScoreResult
@@ -30,33 +34,13 @@ if TYPE_CHECKING:  # the result types, imported for annotations only (their modu
     from soarpack.quant.run import QuantizeResult
     from soarpack.rehearse.check import CheckReport
 
-PathLike = Union[str, "os.PathLike[str]"]
-Paths = Union[PathLike, Sequence[PathLike], None]
-
 __all__ = ["quantize", "build", "check", "eval", "bench", "score", "compare", "diagnose", "tiny_model"]
 
 
-def _paths(value: Paths) -> Optional[List[Path]]:
-    """One path or several, as a list; None or empty stays None."""
-    if value is None:
-        return None
-    if isinstance(value, (str, os.PathLike)):
-        return [Path(value)]
-    return [Path(v) for v in value] or None
-
-
-def _path(value: Optional[PathLike]) -> Optional[Path]:
-    return None if value is None else Path(value)
-
-
-def _events(on_event: Optional[EventCallback]) -> EventCallback:
-    return on_event or no_events
-
-
-def _run_quantize(request: "QuantizeRequest", on_event: Optional[EventCallback]) -> QuantizeResult:
+def _run_quantize(request: QuantizeRequest, on_event: EventCallback) -> QuantizeResult:
     from soarpack.quant import run as quant_run
 
-    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=_events(on_event))
+    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=on_event)
 
 
 quantize = api_function(QuantizeRequest, "quantize", _run_quantize, positional=2, about="""GPTQ-quantize a \
@@ -73,110 +57,75 @@ soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skip
         >>> result.quantized_modules, result.quality["kl"]["kl_mean"]""")
 
 
-@renamed_keywords(out="output")
-@checked_arguments
-def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
-          calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
-          output: Optional[PathLike] = None, force: bool = False,
-          on_event: Optional[EventCallback] = None) -> BuildResult:
-    """Build the submission .tar.gz: entry scripts, soarpack, the profile, calibration data, wheels, MANIFEST.json.
-
-    The same as `soarpack build`. Every input is checked before the slow parts (the wheels, cached once, and the
-    packing). Nothing is printed; the risk lines the command prints come as "problem" events and in `risks`.
-
-    Parameters (the command's flags):
-        profile     serving profile name (`soarpack profiles`) or a profile .toml (--profile); default "safe"
-        recipe      quantization recipe instead of the profile's (--recipe)
-        sglang_src  ship this SGLang fork checkout, patched (--sglang-src); default: ship the patch set, applied
-                    to the image's fork on the platform
-        calib       calibration file(s) to ship (--calib); default: the built-in prompts
-        rows        calibration rows the platform's quantize asks for (-n/--rows); default: the recipe's, else 256
-        wheels      bundle the quantization stack as CPython 3.10 wheels (--wheels / --no-wheels)
-        wheel_dir   bundle exactly the wheels of this folder instead (--wheel-dir)
-        output      the tarball to write (-o/--output); default soarpack-PROFILE-RECIPE-HASH.tar.gz here
-        force       replace an existing output with other bytes (--force)
-        on_event    called with each soarpack.steps.Event
-
-    Returns a soarpack.bundle.build.BuildResult: path, size, id, manifest, warnings, risks, placed ("created",
-    "replaced" or "up-to-date"); `to_dict()` is what `--json` prints.
-
-    Example:
-        >>> bundle = soarpack.build(profile="safe", calib=["my.jsonl"])
-        >>> bundle.path, bundle.id
-    """
+def _run_build(request: BuildRequest, on_event: EventCallback) -> BuildResult:
     from soarpack.bundle.build import PLATFORM, build_bundle
 
-    return build_bundle(_path(output), profile=profile, recipe=recipe,
-                        sglang_src=sglang_src if sglang_src is not None else PLATFORM, calib=_paths(calib) or (),
-                        rows=rows, wheels=wheels, wheel_dir=_path(wheel_dir), force=force,
-                        on_event=_events(on_event))
+    return build_bundle(request.output, profile=request.profile, recipe=request.recipe,
+                        sglang_src=request.sglang_src or PLATFORM, calib=request.calib or (), rows=request.rows,
+                        wheels=request.wheels, wheel_dir=request.wheel_dir, force=request.force, on_event=on_event)
 
 
-@renamed_keywords(sglang_fork="sglang_src")
-@checked_arguments
-def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
-          keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
-          strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
-    """Rehearse what the platform does with a bundle; every step passes, fails, or is skipped with its reason.
+build = api_function(BuildRequest, "build", _run_build, about="""Build the submission .tar.gz: entry scripts, \
+soarpack, the profile, calibration data, wheels, MANIFEST.json.
 
-    The same as `soarpack check BUNDLE`: safe extraction, size, hashes, credentials, wheel tags, then (unless
-    `rehearse=False`) prepare_env.sh sourced on a stand-in of the image's Python stack and a tiny model quantized
-    and verified. Nothing is printed.
+    The same as `soarpack build`. Every input is checked before the slow parts (the wheels, cached once, and the
+    packing). Nothing is printed; the risk lines the command prints come as "problem" events and in `risks`.""",
+    returns="""Returns a soarpack.bundle.build.BuildResult: path, size, id, manifest, warnings, risks, placed \
+("created",
+    "replaced" or "up-to-date"); `to_dict()` is what `--json` prints.""", example="""\
+        >>> bundle = soarpack.build(profile="safe", calib=["my.jsonl"])
+        >>> bundle.path, bundle.id""")
 
-    Parameters (the command's flags):
-        bundle       the .tar.gz written by build (BUNDLE); default: the newest soarpack-*.tar.gz here
-        rehearse     source prepare_env.sh and quantize a tiny model (--rehearse / --no-rehearse)
-        sglang_src   a checkout of the image's SGLang fork, to rehearse patching and loading (--sglang-src)
-        keep         rehearse in this (new or empty) folder and keep it (--keep DIR)
-        dev_stack    rehearse on this environment's Python instead of the image's stack: faster, no proof for the
-                     platform, never "uploadable" (--dev-stack)
-        accept_risk  risk names that no longer block (--accept-risk, repeatable)
-        strict       every risk not accepted blocks (--strict)
-        on_event     called with each soarpack.steps.Event (a step's "end" carries its StepResult)
 
-    Returns a soarpack.rehearse.check.CheckReport: `uploadable`, `steps` (name, status, detail, seconds),
-    `risks`, `gate()`, `logs_dir` (a failed rehearsal's kept logs, for `soarpack.diagnose`); `to_dict()` is
-    what `--json` prints.
+def _run_check(request: CheckRequest, on_event: EventCallback) -> CheckReport:
+    from soarpack.rehearse.check import check_bundle
 
-    Example:
-        >>> report = soarpack.check(bundle.path, dev_stack=True)
-        >>> report.uploadable, [(s.name, s.status) for s in report.steps]
-    """
-    from soarpack.rehearse import check as rehearse_check
-
+    bundle = request.bundle
     if bundle is None:
         from soarpack.bundle.build import newest_bundle
 
         bundle = newest_bundle()
-        _events(on_event)(Event("info", "bundle", f"bundle: {bundle}"))
-    return rehearse_check.check_bundle(Path(bundle), rehearse=rehearse, sglang_src=_path(sglang_src),
-                                       work_dir=_path(keep), keep=keep is not None, dev_stack=dev_stack,
-                                       accept_risk=tuple(accept_risk or ()), strict=strict,
-                                       on_event=_events(on_event))
+        on_event(Event("info", "bundle", f"bundle: {bundle}"))
+    return check_bundle(bundle, rehearse=request.rehearse, sglang_src=request.sglang_src, work_dir=request.keep,
+                        keep=request.keep is not None, dev_stack=request.dev_stack, accept_risk=request.accept_risk,
+                        strict=request.strict, on_event=on_event)
 
 
-def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Optional[dict]:
+check = api_function(CheckRequest, "check", _run_check, positional=1, about="""Rehearse what the platform does \
+with a bundle; every step passes, fails, or is skipped with its reason.
+
+    The same as `soarpack check BUNDLE`: safe extraction, size, hashes, credentials, wheel tags, then (unless
+    `rehearse=False`) prepare_env.sh sourced on a stand-in of the image's Python stack and a tiny model quantized
+    and verified. Nothing is printed; a step's "end" event carries its StepResult. `dev_stack=True` is never
+    "uploadable"; `strict=True` blocks on every risk not accepted.""", returns="""Returns a \
+soarpack.rehearse.check.CheckReport: `uploadable`, `steps` (name, status, detail, seconds),
+    `risks`, `gate()`, `logs_dir` (a failed rehearsal's kept logs, for `soarpack.diagnose`); `to_dict()` is
+    what `--json` prints.""", example="""        >>> report = soarpack.check(bundle.path, dev_stack=True)
+        >>> report.uploadable, [(s.name, s.status) for s in report.steps]""")
+
+
+def _bundle_identity(bundle: Optional[Path], on_event: EventCallback) -> Optional[dict]:
     """What a result records of `bundle` (read from its MANIFEST); a bad bundle stops the run before any request."""
     if bundle is None:
         return None
     from soarpack.bundle.summary import inspect_bundle
 
-    summary = inspect_bundle(Path(bundle))
+    summary = inspect_bundle(bundle)
     on_event(Event("info", "bundle", f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})"))
     return summary
 
 
-def _run_eval(request: "EvalRequest", on_event: Optional[EventCallback]) -> EvalResult:
+def _run_eval(request: EvalRequest, on_event: EventCallback) -> EvalResult:
     from soarpack.measure.evaluate import check_eval_config, run_eval
     from soarpack.measure.results import EvalResult
 
-    events, cfg = _events(on_event), request.to_config()
+    cfg = request.to_config()
     check_eval_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(request.bundle, events)
+    cfg.bundle = _bundle_identity(request.bundle, on_event)
     if cfg.model_dir is None:
-        events(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
-                                     "model's eos tokens)"))
-    return EvalResult.from_report(run_eval(cfg, events), cfg.output)
+        on_event(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
+                                       "model's eos tokens)"))
+    return EvalResult.from_report(run_eval(cfg, on_event), cfg.output)
 
 
 eval = api_function(EvalRequest, "eval", _run_eval, about="""Score a running server on the correctness set as \
@@ -194,14 +143,14 @@ loses score),
         >>> result.ori_accuracy, result.c_factor""")
 
 
-def _run_bench(request: "BenchRequest", on_event: Optional[EventCallback]) -> BenchResult:
+def _run_bench(request: BenchRequest, on_event: EventCallback) -> BenchResult:
     from soarpack.measure.results import BenchResult
     from soarpack.measure.speed import check_bench_config, run_bench
 
-    events, cfg = _events(on_event), request.to_config()
+    cfg = request.to_config()
     check_bench_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(request.bundle, events)
-    return BenchResult.from_report(run_bench(cfg, events), cfg.output)
+    cfg.bundle = _bundle_identity(request.bundle, on_event)
+    return BenchResult.from_report(run_bench(cfg, on_event), cfg.output)
 
 
 bench = api_function(BenchRequest, "bench", _run_bench, about="""Time the S1, S8 and Smax tiers against a running \
@@ -219,7 +168,7 @@ failed,
         >>> {name: tier.duration_s for name, tier in result.tiers.items()}""")
 
 
-def _run_score(request: "ScoreRequest", on_event: Optional[EventCallback]) -> ScoreResult:
+def _run_score(request: ScoreRequest, on_event: EventCallback) -> ScoreResult:
     from soarpack.measure.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.measure.results import ScoreResult
 
@@ -239,7 +188,7 @@ final_score, ours_s, best_s.""",
     example="""        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90)""")
 
 
-def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -> CompareResult:
+def _run_compare(request: CompareRequest, on_event: EventCallback) -> CompareResult:
     from soarpack.measure.compare import load_runs, score_runs
     from soarpack.measure.results import CompareResult
     from soarpack.bundle.risks import evidence_risk_lines
@@ -250,7 +199,7 @@ def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -
     if request.chart is not None:
         from soarpack.measure.chart import write_chart
 
-        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
+        on_event(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
     return CompareResult(runs, best)
 
 
@@ -267,57 +216,43 @@ soarpack.measure.results.CompareResult: runs (soarpack.measure.compare.Run: accu
         >>> print(runs.render("md")); runs.below_gate""")
 
 
-@checked_arguments
-def diagnose(paths: Paths) -> Diagnosis:
-    """Name the known failures in a run's logs and results, with their cause and fix.
+def _run_diagnose(request: DiagnoseRequest) -> Diagnosis:
+    from soarpack.diagnosis import diagnose as diagnose_paths
+
+    return diagnose_paths(request.paths or [])
+
+
+diagnose = api_function(DiagnoseRequest, "diagnose", _run_diagnose, positional=1, events=False, about="""Name the \
+known failures in a run's logs and results, with their cause and fix.
 
     The same as `soarpack diagnose LOG_OR_DIR...`. Reads logs (prepare_env.log, prepare_model.log, quantize.log, a
     server log), soarpack eval/bench JSON, or folders of them (a kept `check` folder, CheckReport.logs_dir), and
-    matches the catalogue of known failures (soarpack/diagnosis/catalogue.toml, each citing its source).
-
-    Parameters:
-        paths   log files, result files or folders (LOG_OR_DIR)
-
-    Returns a soarpack.diagnose.Diagnosis: findings (each with `entry(finding)`: title, cause, fix, sources),
+    matches the catalogue of known failures (soarpack/diagnosis/catalogue.toml, each citing its source).""",
+    returns="""Returns a soarpack.diagnosis.Diagnosis: findings (each with `entry(finding)`: title, cause, fix, \
+sources),
     excerpts (first error and last traceback of a log nothing known explains), exit_code (0 nothing found, 1 a
-    known failure); `to_dict()` is what `--json` prints.
-
-    Example:
+    known failure); `to_dict()` is what `--json` prints.""", example="""\
         >>> found = soarpack.diagnose([report.logs_dir])
-        >>> [(f.entry_id, found.entry(f).fix) for f in found.findings]
-    """
-    from soarpack.diagnosis import diagnose as diagnose_paths
-
-    return diagnose_paths(_paths(paths) or [])
+        >>> [(f.entry_id, found.entry(f).fix) for f in found.findings]""")
 
 
-@checked_arguments
-def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None, hidden: int = 256,
-               intermediate: int = 640, heads: int = 2, kv_heads: int = 1, vocab: int = 512, seed: int = 0,
-               force: bool = False) -> Path:
-    """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout; return its path.
+def _run_tiny_model(request: TinyModelRequest) -> Path:
+    from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
+
+    r = request
+    kinds = mixer_types(r.pattern)
+    check_tiny_shape(layers=len(kinds) if kinds else r.layers, hidden=r.hidden, intermediate=r.intermediate,
+                     heads=r.heads, kv_heads=r.kv_heads, vocab=r.vocab)  # before torch is imported
+    from soarpack.sala.tiny import make_tiny_model
+    return make_tiny_model(r.out, num_layers=r.layers, mixer_types=kinds, hidden_size=r.hidden,
+                           intermediate_size=r.intermediate, num_attention_heads=r.heads, num_key_value_heads=r.kv_heads,
+                           lightning_nh=r.heads, vocab_size=r.vocab, seed=r.seed, force=r.force)
+
+
+tiny_model = api_function(TinyModelRequest, "tiny_model", _run_tiny_model, positional=1, events=False, about="""\
+Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout; return its path.
 
     The same as `soarpack tiny-model OUT`: config, tokenizer (trained to `vocab`), chat template and shards,
     small enough to quantize on a CPU in seconds. For trying quantize, build and check without the real model.
-
-    Parameters (the command's flags):
-        out           the directory to write (OUT), atomically
-        layers        number of decoder layers (--layers)
-        pattern       layer kinds as S (sparse) and L (lightning), e.g. "SLLS"; overrides layers (--pattern)
-        hidden, intermediate, heads, kv_heads, vocab
-                      hidden_size, intermediate_size, attention heads, KV heads, vocabulary size
-        seed          seed for the weights and the tokenizer (--seed)
-        force         replace a non-empty `out` (--force)
-
-    Example:
-        >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
-    """
-    from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
-
-    kinds = mixer_types(pattern)
-    check_tiny_shape(layers=len(kinds) if kinds else layers, hidden=hidden, intermediate=intermediate, heads=heads,
-                     kv_heads=kv_heads, vocab=vocab)  # before torch is imported
-    from soarpack.sala.tiny import make_tiny_model
-    return make_tiny_model(out, num_layers=layers, mixer_types=kinds, hidden_size=hidden,
-                           intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                           lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)
+    The directory is written atomically.""", returns="Returns the checkpoint's directory (a pathlib.Path).",
+    example="""        >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")""")
