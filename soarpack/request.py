@@ -248,35 +248,67 @@ def reference_rows(model: Type[Request], command: str) -> List[str]:
     return rows
 
 
-def api_function(model: Type[Request], name: str, run: Callable[..., Any], *, positional: int = 0, events: bool = True,
-                 about: str, returns: str, example: str) -> Callable[..., Any]:
-    """The API function of a command: `name(**fields, on_event=None)`, validated into `model` (a wrong type is one
-    ConfigError naming the keyword), then `run(request, on_event)` (a no-op callback when none is given), or
-    `run(request)` for a command without events. Its signature, help() and old keyword names (DeprecationWarning)
-    come from the model."""
+def usage(model: Type[Request], command: str) -> str:
+    """`soarpack COMMAND ARGS` as the command's usage line names its arguments (MODEL_DIR OUT, [BUNDLE], RESULTS...)."""
+    words = [f"soarpack {command}"]
+    for name in model.cli_fields():
+        spec = model.spec(name)
+        if spec["argument"]:
+            word = spec["metavar"] + ("..." if "List" in repr(model.model_fields[name].annotation) else "")
+            words.append(word if model.model_fields[name].is_required() or spec["has_cli_default"] else f"[{word}]")
+    return " ".join(words)
+
+
+def api_function(model: Type[Request]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@api_function(QuantizeRequest)` on `def quantize(request, on_event)`, what the command does with its request:
+    the API function of that name, `quantize(*arguments, **options, on_event=None)`, whose arguments are validated
+    into the request (a wrong type is one ConfigError naming the keyword) before the body runs (on_event a no-op
+    callback when none is given; a body that takes no callback makes a function without `on_event`). The
+    command's arguments (MODEL_DIR OUT) are its positional parameters. Its signature, old keyword names
+    (DeprecationWarning) and help() come from the model: the body's docstring (summary, what it does, `Returns`,
+    `Example`), with the command's usage and the model's Parameters put in."""
     from soarpack.deprecation import renamed_keywords
     from soarpack.steps import EventCallback, no_events
 
-    extra = [inspect.Parameter("on_event", inspect.Parameter.KEYWORD_ONLY, default=None,
-                               annotation=Optional[EventCallback])] if events else []
-    signature = api_signature(model, positional, extra=extra)
+    def derive(run: Callable[..., Any]) -> Callable[..., Any]:
+        name = run.__name__
+        events = len(inspect.signature(run).parameters) == 2
+        extra = [inspect.Parameter("on_event", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=Optional[EventCallback])] if events else []
+        fields = list(model.model_fields)
+        positional = next((i for i, n in enumerate(fields) if not model.spec(n)["argument"]), len(fields))
+        signature = api_signature(model, positional, extra=extra).replace(
+            return_annotation=inspect.signature(run).return_annotation)  # help(): `-> 'QuantizeResult'`
 
-    def function(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as exc:  # a missing or unknown keyword: Python's own words name it
-            raise ConfigError(f"soarpack.{name}(): {exc}") from None
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        if not events:
-            return run(model.from_api(name, values))
-        on_event = values.pop("on_event") or no_events
-        return run(model.from_api(name, values), on_event)
+        def function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:  # a missing or unknown keyword: Python's own words name it
+                raise ConfigError(f"soarpack.{name}(): {exc}") from None
+            bound.apply_defaults()
+            values = dict(bound.arguments)
+            if not events:
+                return run(model.from_api(name, values))
+            on_event = values.pop("on_event") or no_events
+            return run(model.from_api(name, values), on_event)
 
-    on_event_help = "\n        on_event         called with each soarpack.steps.Event" if events else ""
-    function.__signature__ = signature  # type: ignore[attr-defined]
-    function.__name__ = function.__qualname__ = name
-    function.__doc__ = (f"{about}\n\n    Parameters (the command's flags; {model.__module__}.{model.__name__} "
-                        f"declares them):\n{parameters_help(model)}{on_event_help}\n\n    {returns}\n\n"
-                        f"    Example:\n{example}")
-    return renamed_keywords(**model.renamed())(function)
+        function.__signature__ = signature  # type: ignore[attr-defined]
+        function.__name__ = function.__qualname__ = name
+        function.__module__ = run.__module__
+        function.__doc__ = _api_doc(model, name, run.__doc__ or "", events)
+        return renamed_keywords(**model.renamed())(function)
+
+    return derive
+
+
+def _api_doc(model: Type[Request], name: str, written: str, events: bool) -> str:
+    """The written docstring with the command's usage after its summary and the Parameters before its Returns."""
+    paragraphs = written.rstrip().split("\n\n")
+    returns = next((i for i, p in enumerate(paragraphs) if p.lstrip().startswith(("Returns", "Example"))),
+                   len(paragraphs))
+    same = f"    The same as `{usage(model, name.replace('_', '-'))}`."
+    body = [same + "\n" + p if i == 1 else p for i, p in enumerate(paragraphs[1:returns], 1)] or [same]
+    on_event = "\n        on_event         called with each soarpack.steps.Event" if events else ""
+    parameters = (f"    Parameters (the command's flags; {model.__module__}.{model.__name__} declares them):\n"
+                  f"{parameters_help(model)}{on_event}")
+    return "\n\n".join([paragraphs[0], *body, parameters, *paragraphs[returns:]])
