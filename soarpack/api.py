@@ -1,27 +1,21 @@
-"""soarpack's Python API: the commands `quantize`, `build`, `check`, `eval`, `bench`, `score`, `compare`, `diagnose`
-(and `tiny_model`) as functions, with the command line's names (`--sglang-src` is `sglang_src=`, `-n/--rows` is
-`rows=`, `-o/--output` is `output=`).
-
-They print nothing: progress goes to an optional `on_event` callback (one `soarpack.steps.Event` per phase start,
-end, line or progress count), results come back typed, and bad input raises `soarpack.errors.SoarpackError` (its
-`message` and `hint` are what the command prints as `error:` and `hint:`). The CLI is a thin layer over these;
-`on_event=soarpack.cli.output.Sink().event` renders the events as the command does.
-
-Heavy libraries (torch, GPTQModel, transformers) are imported when a function runs, never by `import soarpack`.
-"""
+"""soarpack's Python API: each command a function derived from its typed request (soarpack/commands/), the fields
+its parameters under the command line's names (`--sglang-src` is `sglang_src=`); here: what it does with the request.
+They print nothing (progress goes to `on_event`; `soarpack.cli.output.Sink().event` renders it as the command does),
+return typed results, raise `soarpack.errors.SoarpackError` for bad input (the command's `error:` and `hint:`), and
+import heavy libraries (torch, GPTQModel, transformers) only when they run."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Union
 
-from soarpack.arguments import checked_arguments
-from soarpack.deprecation import renamed_keywords
+from soarpack.commands.bundle import BuildRequest, CheckRequest
+from soarpack.commands.diagnosis import DiagnoseRequest
 from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
 from soarpack.commands.quantize import QuantizeRequest
+from soarpack.commands.tiny import TinyModelRequest
 from soarpack.request import api_function
-from soarpack.steps import Event, EventCallback, no_events
+from soarpack.steps import Event, EventCallback
 
 if TYPE_CHECKING:  # the result types, imported for annotations only (their modules pull pydantic, httpx or torch)
     from soarpack.measure.results import BenchResult, CompareResult, EvalResult, ScoreResult
@@ -30,75 +24,34 @@ if TYPE_CHECKING:  # the result types, imported for annotations only (their modu
     from soarpack.quant.run import QuantizeResult
     from soarpack.rehearse.check import CheckReport
 
-PathLike = Union[str, "os.PathLike[str]"]
-Paths = Union[PathLike, Sequence[PathLike], None]
-
 __all__ = ["quantize", "build", "check", "eval", "bench", "score", "compare", "diagnose", "tiny_model"]
 
 
-def _paths(value: Paths) -> Optional[List[Path]]:
-    """One path or several, as a list; None or empty stays None."""
-    if value is None:
-        return None
-    if isinstance(value, (str, os.PathLike)):
-        return [Path(value)]
-    return [Path(v) for v in value] or None
+@api_function(QuantizeRequest)
+def quantize(request: QuantizeRequest, on_event: EventCallback) -> QuantizeResult:
+    """GPTQ-quantize a MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
 
+    on_event gets each phase's start and end, a line, a GPTQ layer started. A refusal names the flag (`--rows`).
 
-def _path(value: Optional[PathLike]) -> Optional[Path]:
-    return None if value is None else Path(value)
+    Returns a soarpack.quant.run.QuantizeResult (quality: KL, top-1 agreement); `to_dict()` is OUT's report.
 
-
-def _events(on_event: Optional[EventCallback]) -> EventCallback:
-    return on_event or no_events
-
-
-def _run_quantize(request: "QuantizeRequest", on_event: Optional[EventCallback]) -> QuantizeResult:
+    Example:
+        >>> tiny = soarpack.tiny_model("tiny", layers=2)
+        >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
+        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]
+    """
     from soarpack.quant import run as quant_run
 
-    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=_events(on_event))
+    return quant_run.quantize(request.model_dir, request.out_dir, request.to_options(), on_event=on_event)
 
 
-quantize = api_function(QuantizeRequest, "quantize", _run_quantize, positional=2, about="""GPTQ-quantize a \
-MiniCPM-SALA checkpoint with a recipe into a checkpoint SGLang's gptq_marlin serves.
-
-    The same as `soarpack quantize MODEL_DIR OUT`. The output directory is written atomically, with the run's
-    report in OUT/soarpack_quant_report.json. Nothing is printed; on_event gets each phase's start and end, a line,
-    a GPTQ layer started. A refusal names the flag (`--rows`).""", returns="""Returns a \
-soarpack.quant.run.QuantizeResult: recipe, device, rows, quantized_modules, skipped_modules,
-    sanity_loss, calibration (rows asked and used, and who set each setting), timings, quality (KL mean/max, top-1
-    agreement, per-module dequantization error), modules, notes (fallbacks taken); `to_dict()` is the report.""",
-    example="""        >>> tiny = soarpack.tiny_model("tiny", layers=2)
-        >>> result = soarpack.quantize(tiny, "tiny-w4", recipe="w4-full", rows=8, max_len=64, device="cpu")
-        >>> result.quantized_modules, result.quality["kl"]["kl_mean"]""")
-
-
-@renamed_keywords(out="output")
-@checked_arguments
-def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang_src: Optional[PathLike] = None,
-          calib: Paths = None, rows: Optional[int] = None, wheels: bool = True, wheel_dir: Optional[PathLike] = None,
-          output: Optional[PathLike] = None, force: bool = False,
-          on_event: Optional[EventCallback] = None) -> BuildResult:
+@api_function(BuildRequest)
+def build(r: BuildRequest, on_event: EventCallback) -> BuildResult:
     """Build the submission .tar.gz: entry scripts, soarpack, the profile, calibration data, wheels, MANIFEST.json.
 
-    The same as `soarpack build`. Every input is checked before the slow parts (the wheels, cached once, and the
-    packing). Nothing is printed; the risk lines the command prints come as "problem" events and in `risks`.
+    Every input is checked before the slow parts (wheels, packing); the risk lines come as "problem" events.
 
-    Parameters (the command's flags):
-        profile     serving profile name (`soarpack profiles`) or a profile .toml (--profile); default "safe"
-        recipe      quantization recipe instead of the profile's (--recipe)
-        sglang_src  ship this SGLang fork checkout, patched (--sglang-src); default: ship the patch set, applied
-                    to the image's fork on the platform
-        calib       calibration file(s) to ship (--calib); default: the built-in prompts
-        rows        calibration rows the platform's quantize asks for (-n/--rows); default: the recipe's, else 256
-        wheels      bundle the quantization stack as CPython 3.10 wheels (--wheels / --no-wheels)
-        wheel_dir   bundle exactly the wheels of this folder instead (--wheel-dir)
-        output      the tarball to write (-o/--output); default soarpack-PROFILE-RECIPE-HASH.tar.gz here
-        force       replace an existing output with other bytes (--force)
-        on_event    called with each soarpack.steps.Event
-
-    Returns a soarpack.bundle.build.BuildResult: path, size, id, manifest, warnings, risks, placed ("created",
-    "replaced" or "up-to-date"); `to_dict()` is what `--json` prints.
+    Returns a soarpack.bundle.build.BuildResult: path, id, manifest, risks, placed; `to_dict()` is `--json`'s.
 
     Example:
         >>> bundle = soarpack.build(profile="safe", calib=["my.jsonl"])
@@ -106,143 +59,125 @@ def build(*, profile: Optional[str] = None, recipe: Optional[str] = None, sglang
     """
     from soarpack.bundle.build import PLATFORM, build_bundle
 
-    return build_bundle(_path(output), profile=profile, recipe=recipe,
-                        sglang_src=sglang_src if sglang_src is not None else PLATFORM, calib=_paths(calib) or (),
-                        rows=rows, wheels=wheels, wheel_dir=_path(wheel_dir), force=force,
-                        on_event=_events(on_event))
+    return build_bundle(r.output, profile=r.profile, recipe=r.recipe, sglang_src=r.sglang_src or PLATFORM,
+                        calib=r.calib or (), rows=r.rows, wheels=r.wheels, wheel_dir=r.wheel_dir, force=r.force,
+                        on_event=on_event)
 
 
-@renamed_keywords(sglang_fork="sglang_src")
-@checked_arguments
-def check(bundle: Optional[PathLike] = None, *, rehearse: bool = True, sglang_src: Optional[PathLike] = None,
-          keep: Optional[PathLike] = None, dev_stack: bool = False, accept_risk: Sequence[str] = (),
-          strict: bool = False, on_event: Optional[EventCallback] = None) -> CheckReport:
+@api_function(CheckRequest)
+def check(r: CheckRequest, on_event: EventCallback) -> CheckReport:
     """Rehearse what the platform does with a bundle; every step passes, fails, or is skipped with its reason.
 
-    The same as `soarpack check BUNDLE`: safe extraction, size, hashes, credentials, wheel tags, then (unless
-    `rehearse=False`) prepare_env.sh sourced on a stand-in of the image's Python stack and a tiny model quantized
-    and verified. Nothing is printed.
-
-    Parameters (the command's flags):
-        bundle       the .tar.gz written by build (BUNDLE); default: the newest soarpack-*.tar.gz here
-        rehearse     source prepare_env.sh and quantize a tiny model (--rehearse / --no-rehearse)
-        sglang_src   a checkout of the image's SGLang fork, to rehearse patching and loading (--sglang-src)
-        keep         rehearse in this (new or empty) folder and keep it (--keep DIR)
-        dev_stack    rehearse on this environment's Python instead of the image's stack: faster, no proof for the
-                     platform, never "uploadable" (--dev-stack)
-        accept_risk  risk names that no longer block (--accept-risk, repeatable)
-        strict       every risk not accepted blocks (--strict)
-        on_event     called with each soarpack.steps.Event (a step's "end" carries its StepResult)
-
-    Returns a soarpack.rehearse.check.CheckReport: `uploadable`, `steps` (name, status, detail, seconds),
-    `risks`, `gate()`, `logs_dir` (a failed rehearsal's kept logs, for `soarpack.diagnose`); `to_dict()` is
-    what `--json` prints.
+    Returns a soarpack.rehearse.check.CheckReport: uploadable, steps, risks, logs_dir (for soarpack.diagnose).
 
     Example:
         >>> report = soarpack.check(bundle.path, dev_stack=True)
         >>> report.uploadable, [(s.name, s.status) for s in report.steps]
     """
-    from soarpack.rehearse import check as rehearse_check
+    from soarpack.bundle.build import newest_bundle
+    from soarpack.rehearse.check import check_bundle
 
+    bundle = r.bundle
     if bundle is None:
-        from soarpack.bundle.build import newest_bundle
-
         bundle = newest_bundle()
-        _events(on_event)(Event("info", "bundle", f"bundle: {bundle}"))
-    return rehearse_check.check_bundle(Path(bundle), rehearse=rehearse, sglang_src=_path(sglang_src),
-                                       work_dir=_path(keep), keep=keep is not None, dev_stack=dev_stack,
-                                       accept_risk=tuple(accept_risk or ()), strict=strict,
-                                       on_event=_events(on_event))
+        on_event(Event("info", "bundle", f"bundle: {bundle}"))
+    return check_bundle(bundle, rehearse=r.rehearse, sglang_src=r.sglang_src, work_dir=r.keep, keep=r.keep is not None,
+                        dev_stack=r.dev_stack, accept_risk=r.accept_risk, strict=r.strict, on_event=on_event)
 
 
-def _bundle_identity(bundle: Optional[PathLike], on_event: EventCallback) -> Optional[dict]:
-    """What a result records of `bundle` (read from its MANIFEST); a bad bundle stops the run before any request."""
-    if bundle is None:
-        return None
-    from soarpack.bundle.summary import inspect_bundle
+def _configured(request: Union[EvalRequest, BenchRequest], on_event: EventCallback, check_config: Callable):
+    """The request's config, checked before the bundle's identity (read from its MANIFEST) is recorded in it."""
+    cfg = request.to_config()
+    check_config(cfg)
+    if request.bundle is not None:
+        from soarpack.bundle.summary import inspect_bundle
 
-    summary = inspect_bundle(Path(bundle))
-    on_event(Event("info", "bundle", f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})"))
-    return summary
+        cfg.bundle = summary = inspect_bundle(request.bundle)
+        on_event(Event("info", "bundle", f"bundle {summary['id']} ({summary['profile']}, recipe {summary['recipe']})"))
+    return cfg
 
 
-def _run_eval(request: "EvalRequest", on_event: Optional[EventCallback]) -> EvalResult:
+@api_function(EvalRequest)
+def eval(request: EvalRequest, on_event: EventCallback) -> EvalResult:
+    """Score a running server on the correctness set as the platform's eval_model.py does.
+
+    A failed request scores 0; a resumed `output` sends only its unscored or failed rows; nothing is written
+    without `output`. on_event gets "progress" per scored row (`data`: its record).
+
+    Returns a soarpack.measure.results.EvalResult: ori_accuracy, c_factor, failed, `gate()`; `to_dict()`: the JSON.
+
+    Example:
+        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
+        ...                        model_dir="sala-w4", rows=50, output="eval.json")
+        >>> result.ori_accuracy, result.c_factor
+    """
     from soarpack.measure.evaluate import check_eval_config, run_eval
     from soarpack.measure.results import EvalResult
 
-    events, cfg = _events(on_event), request.to_config()
-    check_eval_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(request.bundle, events)
+    cfg = _configured(request, on_event, check_eval_config)
     if cfg.model_dir is None:
-        events(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
-                                     "model's eos tokens)"))
-    return EvalResult.from_report(run_eval(cfg, events), cfg.output)
+        on_event(Event("info", "eval", "note: no --model-dir: requests carry no stop strings (the platform sends the "
+                                       "model's eos tokens)"))
+    return EvalResult.from_report(run_eval(cfg, on_event), cfg.output)
 
 
-eval = api_function(EvalRequest, "eval", _run_eval, about="""Score a running server on the correctness set as \
-the platform's eval_model.py does.
+@api_function(BenchRequest)
+def bench(request: BenchRequest, on_event: EventCallback) -> BenchResult:
+    """Time the S1, S8 and Smax tiers against a running server with the platform's bench_serving semantics.
 
-    The same as `soarpack eval`. One chat-completions request per row, at most `concurrency` in flight; a failed
-    request scores 0. An existing `output` is resumed (only its unscored or failed rows are sent) when it was
-    measured against the same server and model, from the same data. Nothing is written without `output`, nothing
-    printed; on_event gets a "progress" event per scored row (its `data` is the row's record).""",
-    returns="""Returns a soarpack.measure.results.EvalResult: ori_accuracy, overall_accuracy, c_factor (C < 1 \
-loses score),
-    total, scored, failed, complete, per_task, `gate()`, `rows`; `to_dict()` is the result JSON.""",
-    example="""        >>> result = soarpack.eval(api_base="http://127.0.0.1:30000", data="perf_public_set.jsonl",
-        ...                        model_dir="sala-w4", rows=50, output="eval.json")
-        >>> result.ori_accuracy, result.c_factor""")
+    Each tier: a warm-up request, POST /flush_cache, a settle pause, the timed run (concurrency 1, 8, unbounded);
+    `output` is replaced once every tier finished. on_event gets "progress" per finished request (phase = tier).
 
+    Returns a soarpack.measure.results.BenchResult: tiers (name -> BenchTier), complete; `to_dict()`: the JSON.
 
-def _run_bench(request: "BenchRequest", on_event: Optional[EventCallback]) -> BenchResult:
+    Example:
+        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
+        ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
+        >>> {name: tier.duration_s for name, tier in result.tiers.items()}
+    """
     from soarpack.measure.results import BenchResult
     from soarpack.measure.speed import check_bench_config, run_bench
 
-    events, cfg = _events(on_event), request.to_config()
-    check_bench_config(cfg)  # bad settings are refused before the bundle is read
-    cfg.bundle = _bundle_identity(request.bundle, events)
-    return BenchResult.from_report(run_bench(cfg, events), cfg.output)
+    cfg = _configured(request, on_event, check_bench_config)
+    return BenchResult.from_report(run_bench(cfg, on_event), cfg.output)
 
 
-bench = api_function(BenchRequest, "bench", _run_bench, about="""Time the S1, S8 and Smax tiers against a running \
-server with the platform's bench_serving semantics.
+@api_function(ScoreRequest)
+def score(r: ScoreRequest, on_event: EventCallback) -> ScoreResult:
+    """The competition's final score: (0.4 S1 + 0.3 S8 + 0.3 Smax) x C, with S = 100 x best / ours per tier.
 
-    The same as `soarpack bench`. Each tier: one warm-up request, POST /flush_cache, a settle pause, then the timed
-    run (concurrency 1, 8, unbounded); a tier without its file is skipped, as on the platform. `output` is replaced
-    only when every tier finished; until then the finished tiers are in OUTPUT.partial.json. Nothing is written
-    without `output`, nothing printed; on_event gets "progress" per finished request (phase = tier).""",
-    returns="""Returns a soarpack.measure.results.BenchResult: tiers (name -> BenchTier: duration_s, completed, \
-failed,
-    short_outputs, output_throughput, metrics), complete; `to_dict()` is the result JSON.""",
-    example="""        >>> result = soarpack.bench(api_base="http://127.0.0.1:30000", model_dir="sala-w4",
-        ...                         s1="s1.jsonl", s8="s8.jsonl", smax="smax.jsonl", output="bench.json")
-        >>> {name: tier.duration_s for name, tier in result.tiers.items()}""")
+    The best durations are the leaderboard's (which soarpack cannot see): a bench JSON, or seconds per tier.
+    Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a tier had failures.
 
+    Returns a soarpack.measure.results.ScoreResult: tier_scores, speed_score, c_factor, final_score, ours_s, best_s.
 
-def _run_score(request: "ScoreRequest", on_event: Optional[EventCallback]) -> ScoreResult:
+    Example:
+        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90)
+    """
     from soarpack.measure.competition import durations_from_bench, final_score, overall_from_eval
     from soarpack.measure.results import ScoreResult
 
-    best = durations_from_bench(request.best) if request.best is not None else {}
-    overall = overall_from_eval(request.eval) if request.eval is not None else None
-    return ScoreResult(**final_score(durations_from_bench(request.ours), {**best, **request.best_given()}, overall))
+    best = {**(durations_from_bench(r.best) if r.best is not None else {}), **r.best_given()}
+    overall = overall_from_eval(r.eval) if r.eval is not None else None
+    return ScoreResult(**final_score(durations_from_bench(r.ours), best, overall))
 
 
-score = api_function(ScoreRequest, "score", _run_score, about="""The competition's final score: (0.4 S1 + 0.3 S8 \
-+ 0.3 Smax) x C, with S = 100 x best / ours per tier.
+@api_function(CompareRequest)
+def compare(request: CompareRequest, on_event: EventCallback) -> CompareResult:
+    """Runs side by side: ori, margin, interval, C, S1/S8/Smax, final, and each run's gate.
 
-    The same as `soarpack score`. The best durations are the fastest submission's on the leaderboard (which
-    soarpack cannot see): give a bench JSON holding them, or the seconds per tier; a single number overrides the
-    file's tier. Raises soarpack.errors.InputDataError when a best time or a tier is missing, or a bench tier had
-    failures.""", returns="""Returns a soarpack.measure.results.ScoreResult: tier_scores, speed_score, c_factor, \
-final_score, ours_s, best_s.""",
-    example="""        >>> soarpack.score(ours="bench.json", eval="eval.json", best_s1=30, best_s8=60, best_smax=90)""")
+    The files are grouped into runs by their label (else the served model); S = 100 x best / ours, best the
+    fastest compared run's time unless given. on_event gets an "info" event naming the chart written.
 
+    Returns a soarpack.measure.results.CompareResult: runs, below_gate, at_risk; `render("md" | "csv" | "table")`.
 
-def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -> CompareResult:
+    Example:
+        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
+        >>> print(runs.render("md")); runs.below_gate
+    """
+    from soarpack.bundle.risks import evidence_risk_lines
     from soarpack.measure.compare import load_runs, score_runs
     from soarpack.measure.results import CompareResult
-    from soarpack.bundle.risks import evidence_risk_lines
 
     paths = list(request.results or [])
     runs = load_runs(paths, risks=evidence_risk_lines)
@@ -250,74 +185,36 @@ def _run_compare(request: "CompareRequest", on_event: Optional[EventCallback]) -
     if request.chart is not None:
         from soarpack.measure.chart import write_chart
 
-        _events(on_event)(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
+        on_event(Event("info", "chart", f"wrote {write_chart(runs, request.chart, inputs=paths)}"))
     return CompareResult(runs, best)
 
 
-compare = api_function(CompareRequest, "compare", _run_compare, positional=1, about="""Runs side by side: ori, \
-margin, interval, C, S1/S8/Smax, final, and each run's gate.
+@api_function(DiagnoseRequest)
+def diagnose(request: DiagnoseRequest) -> Diagnosis:
+    """Name the known failures in a run's logs and results (soarpack/diagnosis/catalogue.toml), with cause and fix.
 
-    The same as `soarpack compare RESULTS...`. The eval and bench JSON files are grouped into runs by their label
-    (else the served model); S = 100 x best / ours with best the fastest compared run's time, or the given ones.
-    on_event gets an "info" event naming the chart written.""", returns="""Returns a \
-soarpack.measure.results.CompareResult: runs (soarpack.measure.compare.Run: accuracy, gate, c,
-    scores, final, below_gate, at_risk), best_s, below_gate, at_risk; `render("md")` is the table the command
-    prints (`table`, `md`, `csv` or `json`).""",
-    example="""        >>> runs = soarpack.compare(["eval-a.json", "bench-a.json", "eval-b.json", "bench-b.json"])
-        >>> print(runs.render("md")); runs.below_gate""")
-
-
-@checked_arguments
-def diagnose(paths: Paths) -> Diagnosis:
-    """Name the known failures in a run's logs and results, with their cause and fix.
-
-    The same as `soarpack diagnose LOG_OR_DIR...`. Reads logs (prepare_env.log, prepare_model.log, quantize.log, a
-    server log), soarpack eval/bench JSON, or folders of them (a kept `check` folder, CheckReport.logs_dir), and
-    matches the catalogue of known failures (soarpack/diagnosis/catalogue.toml, each citing its source).
-
-    Parameters:
-        paths   log files, result files or folders (LOG_OR_DIR)
-
-    Returns a soarpack.diagnose.Diagnosis: findings (each with `entry(finding)`: title, cause, fix, sources),
-    excerpts (first error and last traceback of a log nothing known explains), exit_code (0 nothing found, 1 a
-    known failure); `to_dict()` is what `--json` prints.
+    Returns a soarpack.diagnosis.Diagnosis: findings (`entry(finding)`: title, cause, fix, sources), exit_code.
 
     Example:
-        >>> found = soarpack.diagnose([report.logs_dir])
-        >>> [(f.entry_id, found.entry(f).fix) for f in found.findings]
+        >>> found = soarpack.diagnose([report.logs_dir]); [found.entry(f).fix for f in found.findings]
     """
     from soarpack.diagnosis import diagnose as diagnose_paths
 
-    return diagnose_paths(_paths(paths) or [])
+    return diagnose_paths(request.paths or [])
 
 
-@checked_arguments
-def tiny_model(out: PathLike, *, layers: int = 4, pattern: Optional[str] = None, hidden: int = 256,
-               intermediate: int = 640, heads: int = 2, kv_heads: int = 1, vocab: int = 512, seed: int = 0,
-               force: bool = False) -> Path:
+@api_function(TinyModelRequest)
+def tiny_model(r: TinyModelRequest) -> Path:
     """Write a tiny random MiniCPM-SALA checkpoint in the exact Hugging Face layout; return its path.
 
-    The same as `soarpack tiny-model OUT`: config, tokenizer (trained to `vocab`), chat template and shards,
-    small enough to quantize on a CPU in seconds. For trying quantize, build and check without the real model.
-
-    Parameters (the command's flags):
-        out           the directory to write (OUT), atomically
-        layers        number of decoder layers (--layers)
-        pattern       layer kinds as S (sparse) and L (lightning), e.g. "SLLS"; overrides layers (--pattern)
-        hidden, intermediate, heads, kv_heads, vocab
-                      hidden_size, intermediate_size, attention heads, KV heads, vocabulary size
-        seed          seed for the weights and the tokenizer (--seed)
-        force         replace a non-empty `out` (--force)
+    Config, tokenizer, chat template and shards, quick to quantize on a CPU: to try the commands without the model.
+    The request refused a shape out of bounds before torch is imported.
 
     Example:
         >>> tiny = soarpack.tiny_model("tiny", pattern="SLLS")
     """
-    from soarpack.sala.tinyshape import check_tiny_shape, mixer_types
-
-    kinds = mixer_types(pattern)
-    check_tiny_shape(layers=len(kinds) if kinds else layers, hidden=hidden, intermediate=intermediate, heads=heads,
-                     kv_heads=kv_heads, vocab=vocab)  # before torch is imported
     from soarpack.sala.tiny import make_tiny_model
-    return make_tiny_model(out, num_layers=layers, mixer_types=kinds, hidden_size=hidden,
-                           intermediate_size=intermediate, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                           lightning_nh=heads, vocab_size=vocab, seed=seed, force=force)
+
+    return make_tiny_model(r.out, num_layers=r.layers, mixer_types=r.kinds(), hidden_size=r.hidden,
+                           intermediate_size=r.intermediate, num_attention_heads=r.heads, lightning_nh=r.heads,
+                           num_key_value_heads=r.kv_heads, vocab_size=r.vocab, seed=r.seed, force=r.force)

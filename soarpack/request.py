@@ -40,17 +40,27 @@ def _one_or_many(value: Any) -> Any:
 PathList = Annotated[Optional[List[LoosePath]], BeforeValidator(_one_or_many)]
 
 
+def _names(value: Any) -> Any:
+    """Names given as a list or a tuple (or none: None) are a tuple."""
+    return () if value is None else tuple(value) if isinstance(value, list) else value
+
+
+Names = Annotated[Tuple[str, ...], BeforeValidator(_names)]  # a repeatable option of words (check --accept-risk)
+
+
 _SAME = object()
 
 
 def Option(default: Any, *flags: str, help: str, metavar: Optional[str] = None, renamed_from: Sequence[str] = (),
-           old_flags: Sequence[str] = (), cli: bool = True, argument: bool = False, cli_default: Any = _SAME) -> Any:
+           old_flags: Sequence[str] = (), cli: bool = True, argument: bool = False, cli_default: Any = _SAME,
+           min: Optional[int] = None) -> Any:
     """A request field (capitalized as typer.Option and pydantic's Field are): its default, its flags (`"-n", "--rows"`; none: `--field-name`; an `argument` is
     positional, MODEL_DIR), its help line, the old keyword names the API still takes (a DeprecationWarning) and the
     old flags the command still takes (hidden, with a note). `cli=False`: the API's only (the command sets it
-    itself); `cli_default`: the command's own default where it differs (eval writes eval.json, the API no file)."""
+    itself); `cli_default`: the command's own default where it differs (eval writes eval.json, the API no file);
+    `min`: the command line refuses less as it parses (the library checks the API's)."""
     extra = {"flags": list(flags), "metavar": metavar, "renamed_from": list(renamed_from), "cli": cli,
-             "argument": argument, "old_flags": list(old_flags),
+             "argument": argument, "old_flags": list(old_flags), "min": min,
              "cli_default": None if cli_default is _SAME else cli_default, "has_cli_default": cli_default is not _SAME}
     return Field(default, description=help, json_schema_extra=extra)
 
@@ -131,8 +141,8 @@ def _cli_annotation(name: str, annotation: Any) -> Any:
     if choices:
         return choice_enum(name, choices)
     text = repr(annotation)
-    if "List" in text or "list" in text:
-        return Optional[List[Path]]
+    if any(word in text for word in ("List", "list", "Tuple", "tuple")):
+        return Optional[List[Path]] if "Path" in text else Optional[List[str]]
     if "Path" in text:
         return Optional[Path]
     return annotation
@@ -148,13 +158,15 @@ def typer_parameters(model: Type[Request]) -> List[inspect.Parameter]:
         default = spec["cli_default"] if spec.get("has_cli_default") else _default(info)
         choices = _choices(info.annotation)
         shown = default if not choices or default is inspect.Parameter.empty else choice_enum(name, choices)(default)
-        typer_default = ... if default is inspect.Parameter.empty else shown
+        typer_default = ... if default is inspect.Parameter.empty else None if default == () else shown
         if spec["argument"]:
             made = typer.Argument(typer_default, metavar=spec["metavar"], help=info.description, show_default=False)
         elif info.annotation is bool:
             made = typer.Option(typer_default, *model.flags(name), help=info.description)
         else:
-            made = typer.Option(typer_default, *model.flags(name), metavar=spec["metavar"], help=info.description)
+            bounds = {} if spec.get("min") is None else {"min": spec["min"]}
+            made = typer.Option(typer_default, *model.flags(name), metavar=spec["metavar"], help=info.description,
+                                **bounds)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=made,
                                         annotation=_cli_annotation(name, info.annotation)))
         for old in spec.get("old_flags", ()):
@@ -198,6 +210,8 @@ def api_signature(model: Type[Request], positional: int = 0, extra: Sequence[ins
 def _api_annotation(annotation: Any) -> Any:
     """What help() shows: the API's path types by name (a str or a path; one or several)."""
     text = repr(annotation)
+    if "Tuple[str" in text:
+        return "Sequence[str]"
     if "Path" not in text:
         return annotation
     if "List" in text:
@@ -222,7 +236,7 @@ def parameters_help(model: Type[Request]) -> str:
 
 def reference_rows(model: Type[Request], command: str) -> List[str]:
     """The README's reference table of a command: flag, API keyword, default, meaning."""
-    rows = [f"| `soarpack {command}` | `soarpack.{command}()` | default | meaning |", "|---|---|---|---|"]
+    rows = [f"| `soarpack {command}` | `soarpack.{command.replace('-', '_')}()` | default | meaning |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         spec = model.spec(name)
         flag = spec["metavar"] if spec["argument"] else " ".join(model.flags(name)) if spec["cli"] else "-"
@@ -234,30 +248,67 @@ def reference_rows(model: Type[Request], command: str) -> List[str]:
     return rows
 
 
-def api_function(model: Type[Request], name: str, run: Callable[..., Any], *, positional: int = 0, about: str,
-                 returns: str, example: str) -> Callable[..., Any]:
-    """The API function of a command: `name(**fields, on_event=None)`, validated into `model` (a wrong type is one
-    ConfigError naming the keyword), then `run(request, on_event)`. Its signature, help() and old keyword names
-    (DeprecationWarning) come from the model."""
+def usage(model: Type[Request], command: str) -> str:
+    """`soarpack COMMAND ARGS` as the command's usage line names its arguments (MODEL_DIR OUT, [BUNDLE], RESULTS...)."""
+    words = [f"soarpack {command}"]
+    for name in model.cli_fields():
+        spec = model.spec(name)
+        if spec["argument"]:
+            word = spec["metavar"] + ("..." if "List" in repr(model.model_fields[name].annotation) else "")
+            words.append(word if model.model_fields[name].is_required() or spec["has_cli_default"] else f"[{word}]")
+    return " ".join(words)
+
+
+def api_function(model: Type[Request]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@api_function(QuantizeRequest)` on `def quantize(request, on_event)`, what the command does with its request:
+    the API function of that name, `quantize(*arguments, **options, on_event=None)`, whose arguments are validated
+    into the request (a wrong type is one ConfigError naming the keyword) before the body runs (on_event a no-op
+    callback when none is given; a body that takes no callback makes a function without `on_event`). The
+    command's arguments (MODEL_DIR OUT) are its positional parameters. Its signature, old keyword names
+    (DeprecationWarning) and help() come from the model: the body's docstring (summary, what it does, `Returns`,
+    `Example`), with the command's usage and the model's Parameters put in."""
     from soarpack.deprecation import renamed_keywords
-    from soarpack.steps import EventCallback
+    from soarpack.steps import EventCallback, no_events
 
-    signature = api_signature(model, positional, extra=[inspect.Parameter(
-        "on_event", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[EventCallback])])
+    def derive(run: Callable[..., Any]) -> Callable[..., Any]:
+        name = run.__name__
+        events = len(inspect.signature(run).parameters) == 2
+        extra = [inspect.Parameter("on_event", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=Optional[EventCallback])] if events else []
+        fields = list(model.model_fields)
+        positional = next((i for i, n in enumerate(fields) if not model.spec(n)["argument"]), len(fields))
+        signature = api_signature(model, positional, extra=extra).replace(
+            return_annotation=inspect.signature(run).return_annotation)  # help(): `-> 'QuantizeResult'`
 
-    def function(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as exc:  # a missing or unknown keyword: Python's own words name it
-            raise ConfigError(f"soarpack.{name}(): {exc}") from None
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        on_event = values.pop("on_event")
-        return run(model.from_api(name, values), on_event)
+        def function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:  # a missing or unknown keyword: Python's own words name it
+                raise ConfigError(f"soarpack.{name}(): {exc}") from None
+            bound.apply_defaults()
+            values = dict(bound.arguments)
+            if not events:
+                return run(model.from_api(name, values))
+            on_event = values.pop("on_event") or no_events
+            return run(model.from_api(name, values), on_event)
 
-    function.__signature__ = signature  # type: ignore[attr-defined]
-    function.__name__ = function.__qualname__ = name
-    function.__doc__ = (f"{about}\n\n    Parameters (the command's flags; {model.__module__}.{model.__name__} "
-                        f"declares them):\n{parameters_help(model)}\n        on_event         called with each "
-                        f"soarpack.steps.Event\n\n    {returns}\n\n    Example:\n{example}")
-    return renamed_keywords(**model.renamed())(function)
+        function.__signature__ = signature  # type: ignore[attr-defined]
+        function.__name__ = function.__qualname__ = name
+        function.__module__ = run.__module__
+        function.__doc__ = _api_doc(model, name, run.__doc__ or "", events)
+        return renamed_keywords(**model.renamed())(function)
+
+    return derive
+
+
+def _api_doc(model: Type[Request], name: str, written: str, events: bool) -> str:
+    """The written docstring with the command's usage after its summary and the Parameters before its Returns."""
+    paragraphs = written.rstrip().split("\n\n")
+    returns = next((i for i, p in enumerate(paragraphs) if p.lstrip().startswith(("Returns", "Example"))),
+                   len(paragraphs))
+    same = f"    The same as `{usage(model, name.replace('_', '-'))}`."
+    body = [same + "\n" + p if i == 1 else p for i, p in enumerate(paragraphs[1:returns], 1)] or [same]
+    on_event = "\n        on_event         called with each soarpack.steps.Event" if events else ""
+    parameters = (f"    Parameters (the command's flags; {model.__module__}.{model.__name__} declares them):\n"
+                  f"{parameters_help(model)}{on_event}")
+    return "\n\n".join([paragraphs[0], *body, parameters, *paragraphs[returns:]])

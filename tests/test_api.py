@@ -87,72 +87,8 @@ def test_every_api_function_documents_each_of_its_parameters(name):
 
 # -- the CLI's names -----------------------------------------------------------------------------------------------
 
-# CLI options the API does not take, and why (every other option must be an API parameter of the same name).
-NOT_IN_API = {
-    "json": "presentation: the API returns a typed result; its to_dict() is what --json prints",
-    "quiet": "presentation: the API prints nothing; pass on_event to see progress",
-    "verbose": "presentation: quantize's library_output='terminal' is what -v sets",
-    "table": "presentation: CompareResult.render('md' | 'csv')",
-    "format": "compare's hidden old --format md|csv|json|table: CompareResult.render takes those styles",
-    "catalogue": "diagnose --catalogue lists soarpack.diagnosis.catalogue.load_catalogue(), not a diagnosis",
-}
-# Options whose default differs in the API, and why.
-OTHER_DEFAULT = {
-    ("eval", "output"): "the command writes eval.json; the API writes a file only when given one",
-    ("bench", "output"): "the command writes bench.json; the API writes a file only when given one",
-    ("build", "calib"): "as quantize's calib",
-    ("build", "rows"): "None: the recipe's",
-    ("build", "sglang_src"): "None: the platform's fork",
-    ("check", "accept_risk"): "the CLI's None and the API's () both mean none accepted",
-}
-
-
-def _cli_params(command: str):
-    import typer
-
-    from soarpack.cli import app
-
-    group = typer.main.get_command(app)
-    for param in group.commands[command].params:
-        if param.param_type_name == "argument":
-            yield param.name, param, False
-            continue
-        longs = [o for o in param.opts if o.startswith("--")]
-        yield max(longs, key=len)[2:].replace("-", "_"), param, param.hidden
-
-
-def _deprecated(fn) -> dict:
-    return renamed_map(fn)
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_each_command_option_is_an_api_parameter_of_the_same_name(command):
-    fn = getattr(api, COMMANDS[command])
-    params = inspect.signature(fn).parameters
-    missing = []
-    for name, _, hidden in _cli_params(command):
-        if name in NOT_IN_API:
-            continue
-        if hidden:  # an old spelling of the CLI: the API takes it as a deprecated alias
-            if name not in _deprecated(fn):
-                missing.append(f"hidden --{name} is not a deprecated keyword")
-        elif name not in params:
-            missing.append(name)
-    assert missing == [], f"soarpack {command} options the API lacks: {missing}"
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_api_defaults_are_the_commands(command):
-    fn = getattr(api, COMMANDS[command])
-    params = inspect.signature(fn).parameters
-    for name, param, hidden in _cli_params(command):
-        if (hidden or name not in params or (command, name) in OTHER_DEFAULT or param.required
-                or params[name].default is inspect.Parameter.empty):
-            continue
-        cli_default, api_default = param.default, params[name].default
-        if hasattr(cli_default, "value"):  # an Enum choice
-            cli_default = cli_default.value
-        assert api_default == cli_default, f"{command} {name}: API {api_default!r}, CLI {cli_default!r}"
+# That each command's options are its API function's keywords, with the same defaults and old names, is
+# tests/test_request.py's: both are derived from one typed request per command.
 
 
 class Spied(SoarpackError):

@@ -1,6 +1,6 @@
 """Each command declared once: the typed request's fields are the command's options (names, short flags, help,
 defaults, choices), the API function's keywords (names, order, defaults, help() lines, old names) and the README's
-reference rows. (So far quantize, eval, bench, score and compare; the other commands keep tests/test_api.py's parity tests until they move.)"""
+reference rows, for every function of the Python API (they replace the parity tests and their exception tables)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import get_args
 
 import pytest
 import typer.main
+from pydantic_core import PydanticUndefined
 
-from soarpack import api
+from soarpack import API_NAMES, api
 from soarpack.cli import app
 from soarpack.deprecation import renamed_map
 from soarpack.commands import REFERENCE_BEGIN, REFERENCE_END, declared_requests, reference
@@ -24,6 +25,16 @@ def _click_params(command: str):
     return {p.name: p for p in typer.main.get_command(app).commands[command].params}
 
 
+def test_every_api_function_is_a_commands_request():
+    assert sorted(c.replace("-", "_") for c in DECLARED) == sorted(API_NAMES)
+    assert set(DECLARED) <= set(typer.main.get_command(app).commands)
+
+
+def _command_default(model, name):
+    spec = model.spec(name)
+    return spec["cli_default"] if spec["has_cli_default"] else model.model_fields[name].default
+
+
 @pytest.mark.parametrize("command", DECLARED)
 def test_the_commands_options_are_the_requests_fields(command):
     model = DECLARED[command]
@@ -32,7 +43,9 @@ def test_the_commands_options_are_the_requests_fields(command):
         info, spec, param = model.model_fields[name], model.spec(name), params[name]
         assert param.help == info.description, name
         if spec["argument"]:
-            assert param.param_type_name == "argument" and param.metavar == spec["metavar"] and param.required
+            assert param.param_type_name == "argument" and param.metavar == spec["metavar"], name
+            assert param.required == (_command_default(model, name) is PydanticUndefined), name
+            assert (param.nargs == -1) == ("List" in repr(info.annotation)), name  # LOG_OR_DIR...
             continue
         declared = [f for flag in model.flags(name) for f in flag.split("/")]  # --warmup/--no-warmup: both
         assert sorted([*param.opts, *param.secondary_opts]) == sorted(declared), name
@@ -41,14 +54,19 @@ def test_the_commands_options_are_the_requests_fields(command):
         default = param.default.value if hasattr(param.default, "value") else param.default
         if info.is_required():
             assert param.required, name
+        elif param.multiple:  # a repeatable option given no time: click's None, the request's None or ()
+            assert not default and not _command_default(model, name), name
         else:
-            assert default == (spec["cli_default"] if spec["has_cli_default"] else info.default), name
+            assert default == _command_default(model, name), name
+        if spec["min"] is not None:
+            assert param.min == spec["min"], name
         choices = next((get_args(a) for a in (info.annotation, *get_args(info.annotation))
                         if getattr(a, "__origin__", None) is not None and "Literal" in repr(a)), None)
         if choices:
             assert tuple(c.value for c in param.type_descriptor.annotation) == choices, name
     api_only = set(model.model_fields) - set(model.cli_fields())
-    own = {"quiet", "verbose", "json_alias", "table"}  # presentation (compare --table): the command's own
+    # the command's own: presentation (compare --table), and diagnose --catalogue (the catalogue, not a diagnosis)
+    own = {"quiet", "verbose", "json_alias", "table", "catalogue"}
     olds = {p for p in params if p.startswith("old_")}
     assert set(params) - own - olds == set(model.cli_fields()) and not api_only & set(params)
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from soarpack.cli import app, command, err_console, renamed, sub_app, subcommand
+from soarpack.cli import app, command, err_console, request_values, sub_app, subcommand
 from soarpack.cli.output import Output, sink
+from soarpack.commands.bundle import BUNDLE_HELP as _BUNDLE_ARG_HELP, BuildRequest, CheckRequest
 from soarpack.printable import printable
-from soarpack.facts import image, scoring as platform_scoring
-from soarpack.recipe.calibration import CALIBRATION_DEFAULTS
-
-_BUNDLE_ARG_HELP = "The .tar.gz written by soarpack build; default: the newest soarpack-*.tar.gz here."
+from soarpack.request import typer_parameters
 
 
 def _bundle_or_newest(bundle: Optional[Path]) -> Path:
@@ -27,31 +26,7 @@ def _bundle_or_newest(bundle: Optional[Path]) -> Path:
     return found
 
 
-@command("build")
-def build_cmd(
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE",
-                                          help="Serving profile (soarpack profiles); default: the default profile."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", metavar="NAME|FILE",
-                                         help="Quantization recipe instead of the profile's."),
-    sglang_src: Optional[str] = typer.Option(None, "--sglang-src", metavar="DIR",
-                                             help="Ship this fork checkout, patched. Default: ship the patch set, "
-                                                  "applied to the image's fork on the platform."),
-    calib: Optional[List[Path]] = typer.Option(None, "--calib", metavar="FILE",
-                                               help="Calibration file to ship (repeatable); default: built-in "
-                                                    "prompts. Formats: soarpack calib --help."),
-    rows: Optional[int] = typer.Option(None, "-n", "--rows", metavar="N", min=1,
-                                       help="Calibration rows the platform's quantize asks for (its --rows; "
-                                            "recorded in MANIFEST.json). Default: the recipe's, else "
-                                            f"{CALIBRATION_DEFAULTS.rows}."),
-    wheels: bool = typer.Option(True, "--wheels/--no-wheels",
-                                help="Bundle the quantization stack as CPython 3.10 wheels (cached once)."),
-    wheel_dir: Optional[Path] = typer.Option(None, "--wheel-dir", metavar="DIR",
-                                             help="Bundle exactly the wheels of this folder instead."),
-    out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE",
-                                       help="The tarball to write; default: soarpack-PROFILE-RECIPE-HASH.tar.gz, "
-                                            "HASH from the content (one name, one submission)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
-) -> Output:
+def build_cmd(**given) -> Output:
     """Build the submission .tar.gz: entry scripts, soarpack, profile, calibration, wheels, MANIFEST.json.
 
     Prints the tarball's path on stdout.
@@ -64,9 +39,9 @@ def build_cmd(
     from soarpack import api
 
     out_ = sink()
-    result = api.build(output=out, profile=profile, recipe=recipe, sglang_src=sglang_src or None, calib=calib,
-                       rows=rows, wheels=wheels, wheel_dir=wheel_dir, force=force, on_event=out_.event)
-    if not wheels:
+    values = request_values(BuildRequest, given)
+    result = api.build(**values, on_event=out_.event)
+    if not values["wheels"]:
         out_.problem("built with --no-wheels: this bundle cannot quantize on the platform.", prefix="NOTE")
     if not result.risks:
         out_.say(_risk_lines([])[0])  # the risk lines themselves came with the build's events
@@ -75,6 +50,10 @@ def build_cmd(
     out_.say(f"{result.size / 1e6:.1f} MB, {len(result.manifest['files'])} files, "
              f"{len(result.manifest['wheels']['files'])} wheels, profile {result.manifest['profile']['name']}")
     return Output(result.to_dict(), str(result.path))
+
+
+build_cmd.__signature__ = inspect.Signature(typer_parameters(BuildRequest), return_annotation=Output)  # type: ignore
+build_cmd = command("build")(build_cmd)
 
 
 @command("inspect")
@@ -143,24 +122,7 @@ def _risk_lines(risks) -> List[str]:
     return lines or ["risks: none known (the recipe's and profile's evidence: soarpack recipes, soarpack profiles)"]
 
 
-@command("check")
-def check_cmd(
-    bundle: Optional[Path] = typer.Argument(None, metavar="BUNDLE", help=_BUNDLE_ARG_HELP, show_default=False),
-    rehearse: bool = typer.Option(True, "--rehearse/--no-rehearse", help="Source prepare_env.sh and quantize a tiny model."),
-    sglang_src: Optional[Path] = typer.Option(None, "--sglang-src", metavar="DIR",
-                                              help="A checkout of the image's SGLang fork, to rehearse patching."),
-    keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR",
-                                        help="Rehearse in this folder and keep it (logs, overlay venv)."),
-    dev_stack: bool = typer.Option(False, "--dev-stack",
-                                   help="Rehearse on this environment's Python instead of the image's stack "
-                                        f"({image.describe_short()}): faster, but no proof for the platform."),
-    accept_risk: Optional[List[str]] = typer.Option(None, "--accept-risk", metavar="NAME",
-                                                    help="Upload although this risk (a name the risk lines "
-                                                         "print) blocks; repeatable. It is still printed."),
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 for any risk not accepted, not only a "
-                                                        f"measured ori at or below {platform_scoring.FULL_CREDIT_ORI:g}."),
-    old_sglang_fork: Optional[Path] = typer.Option(None, "--sglang-fork", hidden=True),
-) -> Output:
+def check_cmd(**given) -> Output:
     """Rehearse what the platform does with BUNDLE; every step passes, fails, or is skipped with its reason.
 
     Then the risks to the score, one line each with its evidence, and the verdict: uploadable, uploadable
@@ -177,15 +139,18 @@ def check_cmd(
     from soarpack import api
     from soarpack.rehearse.check import diagnose_command, verdict
 
-    sglang_src = renamed(sglang_src, old_sglang_fork, "--sglang-src", "--sglang-fork")
+    values = request_values(CheckRequest, given)
     out = sink()
-    report = api.check(_bundle_or_newest(bundle), rehearse=rehearse, sglang_src=sglang_src, keep=keep,
-                       dev_stack=dev_stack, accept_risk=accept_risk or (), strict=strict, on_event=out.event)
+    report = api.check(**{**values, "bundle": _bundle_or_newest(values["bundle"])}, on_event=out.event)
     if report.logs_dir:
         out.problem(f"the rehearsal's logs are kept in {report.logs_dir}; read them with: "
                     f"{diagnose_command(report.logs_dir)}", prefix="logs")
     text = "\n".join([*_risk_lines(report.risks), printable(verdict(report))])
     return Output(report.to_dict(), text, exit_code=0 if report.uploadable else 1)
+
+
+check_cmd.__signature__ = inspect.Signature(typer_parameters(CheckRequest), return_annotation=Output)  # type: ignore
+check_cmd = command("check")(check_cmd)
 
 
 wheels_app = sub_app("The platform wheel set (CPython 3.10 manylinux x86_64) that soarpack build bundles.")

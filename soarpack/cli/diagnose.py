@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+import inspect
+from typing import List
 
 import typer
 
-from soarpack.cli import command
+from soarpack.cli import command, request_values
 from soarpack.cli.output import Output
+from soarpack.commands.diagnosis import DiagnoseRequest
 from soarpack.printable import printable
+from soarpack.request import typer_parameters
+
 
 def render(diagnosis) -> List[str]:
     """The human report (soarpack.diagnosis.report): its lines are already printable."""
@@ -34,13 +37,7 @@ def _catalogue() -> Output:
                     "sources": [asdict(s) for s in e.sources]} for e in entries], "\n".join(lines))
 
 
-@command("diagnose")
-def diagnose_cmd(
-    # Described in the docstring: Typer prints a list argument's type as `<list[Path]>`.
-    paths: Optional[List[Path]] = typer.Argument(None, metavar="LOG_OR_DIR", hidden=True),
-    catalogue: bool = typer.Option(False, "--catalogue", help="List the known failures and the source of each "
-                                                             "signature instead."),
-) -> Output:
+def diagnose_cmd(**given) -> Output:
     """Name the known failures in a run's logs and results, with their cause and fix.
 
     LOG_OR_DIR are logs (prepare_env.log, prepare_model.log, quantize.log, a server log), soarpack eval/bench
@@ -56,12 +53,21 @@ def diagnose_cmd(
     """
     from soarpack import api
 
-    if catalogue:
+    if given.pop("catalogue"):
         return _catalogue()
-    diagnosis = api.diagnose(paths)
+    diagnosis = api.diagnose(**request_values(DiagnoseRequest, given))
     # log lines and file names are outside text (render escapes them too, the sink once more)
     return Output(diagnosis.to_dict(), "\n".join(printable(line) for line in render(diagnosis)),
                   exit_code=diagnosis.exit_code)
+
+
+# LOG_OR_DIR is DiagnoseRequest's; --catalogue (the catalogue instead of a diagnosis) is the command's own
+diagnose_cmd.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *typer_parameters(DiagnoseRequest),
+    inspect.Parameter("catalogue", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--catalogue", help="List the known failures and the source of each signature instead.")),
+], return_annotation=Output)
+diagnose_cmd = command("diagnose")(diagnose_cmd)
 
 
 __all__ = ["diagnose_cmd", "render"]

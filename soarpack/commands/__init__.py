@@ -14,12 +14,16 @@ REFERENCE_END = "<!-- END generated options -->"
 
 
 def declared_requests() -> Dict[str, Type[Request]]:
-    """command -> its request, for every command declared by a typed request so far."""
+    """command -> its request, for every command of the Python API, in the order a user meets them."""
+    from soarpack.commands.bundle import BuildRequest, CheckRequest
+    from soarpack.commands.diagnosis import DiagnoseRequest
     from soarpack.commands.measure import BenchRequest, CompareRequest, EvalRequest, ScoreRequest
     from soarpack.commands.quantize import QuantizeRequest
+    from soarpack.commands.tiny import TinyModelRequest
 
-    return {"quantize": QuantizeRequest, "eval": EvalRequest, "bench": BenchRequest, "score": ScoreRequest,
-            "compare": CompareRequest}
+    return {"tiny-model": TinyModelRequest, "quantize": QuantizeRequest, "build": BuildRequest, "check": CheckRequest,
+            "eval": EvalRequest, "bench": BenchRequest, "score": ScoreRequest, "compare": CompareRequest,
+            "diagnose": DiagnoseRequest}
 
 
 def reference() -> str:
