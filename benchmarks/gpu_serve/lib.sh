@@ -46,16 +46,14 @@ build_models() {
    PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda) &&
   touch $M/built-$LAYERS && du -sh $M/*
 }
-# The fork with soarpack's w4-dispatch patch (profile "fast"), beside the unpatched one.
-patched_fork() {  # prints the patched tree's python/ folder
-  local out=/tmp/fork-d/python
+# The fork with some of soarpack's patches, made once per machine and patch list, beside the unpatched one.
+fork_with() {  # $1 the tree's name under /tmp, then the patches; prints the patched tree's python/ folder
+  local out=/tmp/$1/python name=$1 flags=(); shift
+  for p in "$@"; do flags+=(--patch "$p"); done
   [ -d $out ] || (cd "$ROOT" && PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out \
-    --patch w4-dispatch > "$OUT/patch-w4d.json") || return 1
+    "${flags[@]}" > "$OUT/patch-$name.json") || return 1
   echo $out
 }
-fork_f8() {  # the fork with patches 04 + 05 (issue 37), made once per machine; prints its python/ folder
-  local out=/tmp/fork-f8/python
-  [ -d $out ] || PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out --patch w4-dispatch \
-    --patch fp8-prefill > "$OUT/patch-w4f8.json" || return 1
-  echo $out
-}
+patched_fork() { fork_with fork-d w4-dispatch; }  # profile "fast"
+fork_f8() { fork_with fork-f8 w4-dispatch fp8-prefill; }  # patches 04 + 05 (issue 37)
+fork_gla() { fork_with fork-gla w4-dispatch gla-decode-in-place; }  # "fast" + patch 06 (issue 38)

@@ -16,14 +16,15 @@
 #   1. the carried wheels installed; the fork's Marlin built in the background (nice, 12 of the 16 cores:
 #      benchmarks/build_marlin_ext.py), overlapping the model build and the first (bf16) server's start and benches;
 #   2. the $LAYERS-layer full-width random bf16 model and its w4-mlp copy (compare.py build, w4);
-#   3. the speed sets, with `soarpack speedset` on that model's tokenizer: 1of16 x ROWS_SHORT, long-128k x ROWS_LONG;
-#      their sha256 in $R/sets.json; a one-row pre-warm file (the longest prompt, 8 tokens out);
+#   3. the speed sets of SETS, with `soarpack speedset` on that model's tokenizer: 1of16 x ROWS_SHORT, long-128k x
+#      ROWS_LONG; their sha256 in $R/sets.json; a one-row pre-warm file (their longest prompt, 8 tokens out);
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
-#      w4-dispatch), fast-fp8 (+ patch fp8-prefill), fp8 (the bf16 checkpoint, the fork's --quantization fp8), safe
-#      (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always. On each
-#      server: the pre-warm (untimed), then per set of SETS both clients, S1, S8, Smax each; the order of the two
-#      clients alternates between the sets;
+#      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), fast-fp8 (fast + patch fp8-prefill), fp8 (the bf16
+#      checkpoint, the fork's --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still
+#      fit in BUDGET_S, and bf16-last always. A run named NAME-first or NAME-last is profile NAME again (a baseline
+#      run before and after what it is compared with). On each server: the pre-warm (untimed), then per set of SETS
+#      both clients at each tier of TIERS; the order of the two clients alternates between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
 set -uo pipefail
 R=/tmp/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
@@ -32,6 +33,8 @@ ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; BUDGET_S=${BUDGET_S:-140
 # The runs (bf16-first and bf16-last always, the others in this order as the budget allows), the speed sets, and
 # when patch 06's kernel check runs (first: before the servers; last: after them if it fits; off).
 PLAN=${PLAN:-bf16-first fast safe bf16-last}; SETS=${SETS:-long-128k 1of16}; GLA=${GLA:-last}
+# The tiers each client times (a set of at most 8 rows dispatches Smax as S8: every row at once).
+TIERS=${TIERS:-S1 S8 Smax}
 # Graphs up to bs 16 cover every batch of these sets (at most max(ROWS) requests run at once).
 SERVE_EXTRA=${SERVE_EXTRA:---cuda-graph-max-bs 16}
 STANDIN=$R/standin  # `datasets` for bench_serving's module-level import (the custom loader never calls it)
@@ -45,21 +48,22 @@ marlin_build() {
 }
 
 make_sets() {
-  local rc=0
-  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$ROWS_SHORT" --mix 1of16 -o $R/speed-1of16.jsonl \
-    --force --json > $R/speedset-1of16.json || rc=1
-  PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$ROWS_LONG" --mix long-128k -o $R/speed-long-128k.jsonl \
-    --force --json > $R/speedset-long-128k.json || rc=1
-  python3 - "$R" <<'EOF' || rc=1
+  local rc=0 set rows
+  for set in $SETS; do
+    case $set in 1of16) rows=$ROWS_SHORT ;; long-128k) rows=$ROWS_LONG ;; *) log "no such speed set: $set"; return 1 ;; esac
+    PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$rows" --mix $set -o $R/speed-$set.jsonl \
+      --force --json > $R/speedset-$set.json || rc=1
+  done
+  python3 - "$R" $SETS <<'EOF' || rc=1
 import hashlib, json, sys
 from pathlib import Path
 r = Path(sys.argv[1])
 sets = {}
-for name in ("1of16", "long-128k"):
+for name in sys.argv[2:]:
     summary = json.loads((r / f"speedset-{name}.json").read_text())
     sets[name] = {"file": f"speed-{name}.jsonl", "sha256": hashlib.sha256((r / f"speed-{name}.jsonl").read_bytes()).hexdigest(),
                   "rows": summary["rows"], "histogram": summary["histogram"], "mix": summary["mix"]}
-rows = [json.loads(line) for line in (r / "speed-long-128k.jsonl").read_text().splitlines()]
+rows = [json.loads(line) for name in sys.argv[2:] for line in (r / f"speed-{name}.jsonl").read_text().splitlines()]
 longest = max(rows, key=lambda row: len(row["question"]))
 (r / "prewarm.jsonl").write_text(json.dumps({"question": longest["question"], "model_response": "one two three four five six seven eight"}) + "\n")
 (r / "sets.json").write_text(json.dumps(sets, indent=1))
@@ -68,33 +72,39 @@ EOF
   return $rc
 }
 
-organisers() {  # $1 label, $2 speed set: bench_serving.sh S1, S8, Smax on the running server, as the platform runs it
-  local label=$1 set=$2 work=$R/orgs-$1
+organisers() {  # $1 label, $2 speed set: bench_serving.sh at TIERS on the running server, as the platform runs it
+  local label=$1 set=$2 work=$R/orgs-$1 tier tiers=()
   mkdir -p "$work" "$STANDIN"
   [ -f "$STANDIN/datasets.py" ] || printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets stand-in")\n' > "$STANDIN/datasets.py"
-  (cd "$work" && PYTHONPATH=$STANDIN:$(server_path) SPEED_DATA_S1=$set SPEED_DATA_S8=$set SPEED_DATA_SMAX=$set \
+  for tier in $TIERS; do tiers+=("SPEED_DATA_${tier^^}=$set"); done  # the script skips a tier whose variable is unset
+  (cd "$work" && env PYTHONPATH=$STANDIN:$(server_path) "${tiers[@]}" \
      timeout 900 bash "$ROOT/.whl/organisers-bench_serving.sh" http://127.0.0.1:$PORT) > "$R/orgs-$label.log" 2>&1
   local rc=$?
   # The script itself exits 0 when bench_serving fails (`|| true`) and reports 0 s: a zero is a failure here.
-  tail -1 "$R/orgs-$label.log" | python3 -c "import json, sys; d = json.loads(sys.stdin.read()); sys.exit(0 if all(v > 0 for v in d.values()) else 1)" || rc=1
+  tail -1 "$R/orgs-$label.log" | python3 -c "import json, sys; d = json.loads(sys.stdin.read()); sys.exit(0 if all(d[t] > 0 for t in sys.argv[1:]) else 1)" $TIERS || rc=1
   tail -1 "$R/orgs-$label.log"
   return $rc
 }
 
 ours() {  # $1 label, $2 speed set, $3 checkpoint
+  local tier tiers=()
+  for tier in $TIERS; do tiers+=("--${tier,,}" "$2"); done
   PYTHONPATH=$ROOT:$SITE timeout 900 $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$3" --trust-remote-code \
-    --s1 "$2" --s8 "$2" --smax "$2" -o "$R/bench-$1.json" --label "$1" > "$R/ours-$1.log" 2>&1
+    "${tiers[@]}" -o "$R/bench-$1.json" --label "$1" > "$R/ours-$1.log" 2>&1
   local rc=$?
   tail -3 "$R/ours-$1.log"
   return $rc
 }
 
-serve_profile() {  # $1 run name: bf16-first, bf16-last, safe, fast, fp8, fast-fp8
+profile_of() { local p=${1%-first}; echo ${p%-last}; }  # fast-first, fast-last: profile fast again
+
+serve_profile() {  # $1 run name: bf16-first, bf16-last, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
   local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
-  case $run in
-    bf16*) ckpt=$M/bf16; flags=(--bf16) ;;
+  case $(profile_of $run) in
+    bf16) ckpt=$M/bf16; flags=(--bf16) ;;
     fp8) ckpt=$M/bf16; flags=(--bf16); extra="$SERVE_EXTRA --quantization fp8" ;;  # the fork's own W8A8, online
     fast) fork=$(patched_fork) || return 1 ;;
+    fast-gla) fork=$(fork_gla) || return 1 ;;  # patches 04 + 06
     fast-fp8) fork=$(fork_f8) || return 1 ;;  # patches 04 + 05 at their built-in thresholds
     safe) ;;
     *) log "no such profile run: $run"; return 2 ;;
@@ -144,7 +154,7 @@ run() {
   date +%s > $R/t0; echo running > $R/state
   # A run that dies (a bash error, a kill) must not leave `wait` polling a "running" state until its timeout.
   trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "run died"; }; server_down' EXIT
-  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS GLA=$GLA"
+  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
     (mkdir -p /tmp/mb && touch /tmp/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
@@ -171,9 +181,9 @@ run() {
   base=$(( first - (healthy > 65 ? healthy - 65 : 0) )); warm=$(( base - (prewarm > 15 ? prewarm - 15 : 0) ))
   log "cost guesses: a patched tree's run $base s, the unpatched tree's $warm s"
   for run in $PLAN; do
-    case $run in bf16*) continue ;; esac
+    case $run in bf16-first|bf16-last) continue ;; esac
     if [ $run != fp8 ] && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
-    case $run in fast|fast-fp8) est=$base ;; *) est=$warm ;; esac
+    case $(profile_of $run) in fast|fast-gla|fast-fp8) est=$base ;; *) est=$warm ;; esac
     need=$(( est + warm + 30 ))
     if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
       log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue

@@ -7,9 +7,9 @@ RESULTS_DIR is the run's folder (ruler-results.tgz unpacked): `bench-RUN-SET.jso
 duration (s)", "Mean TTFT (ms)", "Mean TPOT (ms)" lines, one block per tier).
 
 Table 1, the ruler: per run, set and tier, soarpack's duration against the organisers' (difference in %), and which
-client ran first on that server (the order alternates between the sets).
-Table 2, the profiles: per set and tier, each run's duration by both clients, TTFT and TPOT means, and bf16 / run
-(>1: faster than the baseline run).
+client ran first on that server (from run.log's order; ruler_lease.sh alternates it between the sets).
+Table 2, the profiles: per set and tier, each run's duration by both clients, TTFT and TPOT means, baseline / run
+(>1: faster than the baseline run) and TPOT run / baseline (<1: a shorter decode step than the baseline's).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 
 TIERS = (("s1", "S1"), ("s8", "S8"), ("smax", "Smax"))
 SETS = ("long-128k", "1of16")
-# ruler_lease.sh's order of the clients on each server, per set.
-FIRST_CLIENT = {"long-128k": "soarpack", "1of16": "organisers'"}
+# run.log's line before each client's benches: "[hh:mm:ss] RUN SET: soarpack bench" or "... SET: organisers'".
+_CLIENT_START = re.compile(r"^\[[0-9:]+\] (\S+) (\S+): (soarpack bench|organisers')$")
 _TIER_START = re.compile(r"\[(S1|S8|Smax)\] 开始测试")
 _FIELDS = {"duration_s": re.compile(r"^Benchmark duration \(s\):\s+([0-9.]+)"),
            "ttft_ms": re.compile(r"^Mean TTFT \(ms\):\s+([0-9.]+)"),
@@ -55,6 +55,17 @@ def ours(bench: Path) -> dict:
             for name, tier in data["tiers"].items()}
 
 
+def first_clients(run_log: Path) -> dict:
+    """{(run, set): "soarpack" or "organisers'"}: the client that ran first on that server, from run.log."""
+    first = {}
+    if run_log.is_file():
+        for line in run_log.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _CLIENT_START.match(line.strip())
+            if match:
+                first.setdefault((match.group(1), match.group(2)), match.group(3).replace(" bench", ""))
+    return first
+
+
 def collect(folder: Path) -> dict:
     """{run: {set: {"soarpack": {tier: ...}, "organisers": {tier: ...}}}} for every run with both files."""
     runs = {}
@@ -69,7 +80,7 @@ def collect(folder: Path) -> dict:
     return runs
 
 
-def ruler_table(runs: dict) -> str:
+def ruler_table(runs: dict, first: dict) -> str:
     lines = ["| run | set | tier | soarpack bench s | organisers' s | soarpack − organisers' | first on the server |",
              "|---|---|---|---|---|---|---|"]
     for run, sets in runs.items():
@@ -83,13 +94,13 @@ def ruler_table(runs: dict) -> str:
                     continue
                 diff = 100 * (mine["duration_s"] - theirs["duration_s"]) / theirs["duration_s"]
                 lines.append(f"| {run} | {set_name} | {label} | {mine['duration_s']:.2f} | {theirs['duration_s']:.2f} | "
-                             f"{diff:+.1f} % | {FIRST_CLIENT[set_name]} |")
+                             f"{diff:+.1f} % | {first.get((run, set_name), '?')} |")
     return "\n".join(lines)
 
 
 def profile_table(runs: dict, baseline: str) -> str:
-    lines = ["| set | tier | run | soarpack s | organisers' s | bf16 / run (soarpack, organisers') | TTFT ms (s / o) | "
-             "TPOT ms (s / o) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| set | tier | run | soarpack s | organisers' s | {baseline} / run (soarpack, organisers') | "
+             f"TTFT ms (s / o) | TPOT ms (s / o) | TPOT run / {baseline} (s, o) |", "|---|---|---|---|---|---|---|---|---|"]
     base = runs.get(baseline, {})
     for set_name in SETS:
         for key, label in TIERS:
@@ -99,14 +110,17 @@ def profile_table(runs: dict, baseline: str) -> str:
                     continue
                 mine, theirs = both["soarpack"][key], both["organisers"].get(key, {})
                 ref = base.get(set_name, {})
-                ratios = []
-                for client, value in (("soarpack", mine.get("duration_s")), ("organisers", theirs.get("duration_s"))):
-                    ref_value = ref.get(client, {}).get(key, {}).get("duration_s")
+                ratios, tpots = [], []
+                for client, value, tpot in (("soarpack", mine.get("duration_s"), mine.get("tpot_ms")),
+                                            ("organisers", theirs.get("duration_s"), theirs.get("tpot_ms"))):
+                    ref_tier = ref.get(client, {}).get(key, {})
+                    ref_value, ref_tpot = ref_tier.get("duration_s"), ref_tier.get("tpot_ms")
                     ratios.append(f"{ref_value / value:.2f}x" if ref_value and value else "–")
+                    tpots.append(f"{tpot / ref_tpot:.3f}" if ref_tpot and tpot else "–")
                 lines.append(f"| {set_name} | {label} | {run} | {mine['duration_s']:.2f} | "
                              f"{theirs.get('duration_s', float('nan')):.2f} | {', '.join(ratios)} | "
                              f"{mine['ttft_ms']:.0f} / {theirs.get('ttft_ms', float('nan')):.0f} | "
-                             f"{mine['tpot_ms']:.2f} / {theirs.get('tpot_ms', float('nan')):.2f} |")
+                             f"{mine['tpot_ms']:.2f} / {theirs.get('tpot_ms', float('nan')):.2f} | {', '.join(tpots)} |")
     return "\n".join(lines)
 
 
@@ -120,7 +134,7 @@ def main(argv=None) -> int:
     if not runs:
         print(f"error: no bench-RUN-SET.json in {a.folder}", file=sys.stderr)
         return 2
-    print(ruler_table(runs))
+    print(ruler_table(runs, first_clients(a.folder / "run.log")))
     print()
     print(profile_table(runs, a.baseline))
     if a.json:
