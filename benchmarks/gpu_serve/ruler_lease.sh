@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_serve/ruler_lease.sh start [S]   launch the run (BUDGET_S bounds it), wait up to S seconds, collect
 #   bash benchmarks/gpu_serve/ruler_lease.sh wait S      wait until it is done or S seconds passed, collect
 #   bash benchmarks/gpu_serve/ruler_lease.sh collect     copy what it has into $OUT (at most 8 files)
+#   bash benchmarks/gpu_serve/ruler_lease.sh again RUN [S]  once the run is done (waits up to S s for it): one more
+#                                                        server RUN with its sets and tiers, then collect
 #
 # Carried in .whl (not committed): fetch_wheels.py's wheels, the fork's Marlin sources
 # (marlin-src-d29fb130c.tar.gz: `git archive d29fb130c sgl-kernel/csrc/gemm/marlin sgl-kernel/include` of
@@ -20,11 +22,12 @@
 #      ROWS_LONG; their sha256 in $R/sets.json; a one-row pre-warm file (their longest prompt, 8 tokens out);
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
-#      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), fast-fp8 (fast + patch fp8-prefill), fp8 (the bf16
-#      checkpoint, the fork's --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still
-#      fit in BUDGET_S, and bf16-last always. A run named NAME-first or NAME-last is profile NAME again (a baseline
+#      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
+#      fast-fp8 (fast + patch fp8-prefill), fp8 (the bf16 checkpoint, the fork's --quantization fp8), safe (w4-mlp, no
+#      patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always; Marlin is built only
+#      when a run serves W4. A run named NAME-first or NAME-last is profile NAME again (a baseline
 #      run before and after what it is compared with). On each server: the pre-warm (untimed), then per set of SETS
-#      both clients at each tier of TIERS; the order of the two clients alternates between the sets;
+#      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
 set -uo pipefail
 R=/tmp/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
@@ -39,6 +42,7 @@ TIERS=${TIERS:-S1 S8 Smax}
 SERVE_EXTRA=${SERVE_EXTRA:---cuda-graph-max-bs 16}
 STANDIN=$R/standin  # `datasets` for bench_serving's module-level import (the custom loader never calls it)
 MARLIN_ABS=""  # the device-built Marlin extension, once its background build is done
+FIRST_CLIENT=${FIRST_CLIENT:-ours}  # which client runs first on each server's first set: ours (soarpack bench) or organisers
 
 elapsed() { echo $(( $(date +%s) - $(cat $R/t0) )); }
 
@@ -97,14 +101,16 @@ ours() {  # $1 label, $2 speed set, $3 checkpoint
 }
 
 profile_of() { local p=${1%-first}; echo ${p%-last}; }  # fast-first, fast-last: profile fast again
+needs_marlin() { local run; for run in $PLAN; do case $(profile_of $run) in bf16|bf16-gla|fp8) ;; *) return 0 ;; esac; done; return 1; }
 
-serve_profile() {  # $1 run name: bf16-first, bf16-last, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
+serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
   local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
   case $(profile_of $run) in
     bf16) ckpt=$M/bf16; flags=(--bf16) ;;
     fp8) ckpt=$M/bf16; flags=(--bf16); extra="$SERVE_EXTRA --quantization fp8" ;;  # the fork's own W8A8, online
     fast) fork=$(patched_fork) || return 1 ;;
     fast-gla) fork=$(fork_gla) || return 1 ;;  # patches 04 + 06
+    bf16-gla) ckpt=$M/bf16; flags=(--bf16); fork=$(fork_with fork-g gla-decode-in-place) || return 1 ;;  # patch 06 alone
     fast-fp8) fork=$(fork_f8) || return 1 ;;  # patches 04 + 05 at their built-in thresholds
     safe) ;;
     *) log "no such profile run: $run"; return 2 ;;
@@ -119,8 +125,9 @@ serve_profile() {  # $1 run name: bf16-first, bf16-last, safe, fast, fast-gla, f
     PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$ckpt" --trust-remote-code \
       --s1 $R/prewarm.jsonl --no-warmup --settle 0 -o "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
     echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"
-    # The first set: soarpack first; the next: the organisers' first (the order alternates between the sets).
-    local first=ours
+    # FIRST_CLIENT on the first set, the other client first on the next (the order alternates between the sets); the
+    # same on every server, like for like: which client runs first on a fresh server has shown a gap at S8 (§13).
+    local first=$FIRST_CLIENT
     for set in $SETS; do
       if [ $first = ours ]; then
         log "$run $set: soarpack bench"; ours "$run-$set" $R/speed-$set.jsonl "$ckpt" || rc=1
@@ -154,13 +161,16 @@ run() {
   date +%s > $R/t0; echo running > $R/state
   # A run that dies (a bash error, a kill) must not leave `wait` polling a "running" state until its timeout.
   trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "run died"; }; server_down' EXIT
-  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA"
+  case $FIRST_CLIENT in ours|organisers) ;; *) log "FIRST_CLIENT=$FIRST_CLIENT: ours or organisers"; echo failed > $R/state; return 1 ;; esac
+  declare -p SETS TIERS SERVE_EXTRA FIRST_CLIENT > $R/settings  # what `again` runs with
+  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
     (mkdir -p /tmp/mb && touch /tmp/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
   else
     install_carried > $R/install.log 2>&1 || { log "install failed"; echo failed > $R/state; return 1; }
-    marlin_build > $R/marlin.log 2>&1 &
+    # No build when no run serves W4: it would only load the CPU under the bf16 servers being timed.
+    if needs_marlin; then marlin_build > $R/marlin.log 2>&1 & else echo "no run serves W4: no build" > $R/marlin.log & fi
   fi
   local marlin_pid=$!
   log "models"; build_models > $R/build.log 2>&1 || { log "build failed"; echo failed > $R/state; return 1; }
@@ -182,8 +192,9 @@ run() {
   log "cost guesses: a patched tree's run $base s, the unpatched tree's $warm s"
   for run in $PLAN; do
     case $run in bf16-first|bf16-last) continue ;; esac
-    if [ $run != fp8 ] && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
-    case $(profile_of $run) in fast|fast-gla|fast-fp8) est=$base ;; *) est=$warm ;; esac
+    case $(profile_of $run) in fp8|bf16-gla) ;; *)
+      if [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; then log "$run skipped: no Marlin extension"; continue; fi ;; esac
+    case $(profile_of $run) in fast|fast-gla|fast-fp8|bf16-gla) est=$base ;; *) est=$warm ;; esac
     need=$(( est + warm + 30 ))
     if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
       log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue
@@ -217,5 +228,9 @@ case ${1:-} in
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
   run) run ;;
+  again)  # one more run on the machine a finished run left (its models, sets, trees and settings), then collect
+    wait_for "${3:-120}" > /dev/null; [ "$(cat $R/state 2>/dev/null)" = done ] || { echo "the run is not done" >&2; exit 1; }
+    . $R/settings; echo running > $R/state; log "again: ${2:?a run name}"; serve_profile "$2"; echo done > $R/state
+    collect ;;
   *) echo "usage: $0 start [S] | wait S | collect" >&2; exit 2 ;;
 esac
