@@ -57,3 +57,4 @@ fork_with() {  # $1 the tree's name under /tmp, then the patches; prints the pat
 patched_fork() { fork_with fork-d w4-dispatch; }  # profile "fast"
 fork_f8() { fork_with fork-f8 w4-dispatch fp8-prefill; }  # patches 04 + 05 (issue 37)
 fork_gla() { fork_with fork-gla w4-dispatch gla-decode-in-place; }  # "fast" + patch 06 (issue 38)
+fork_g() { fork_with fork-g gla-decode-in-place; }  # patch 06 alone (bf16 with and without it)

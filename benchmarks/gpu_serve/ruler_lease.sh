@@ -101,7 +101,9 @@ ours() {  # $1 label, $2 speed set, $3 checkpoint
 }
 
 profile_of() { local p=${1%-first}; echo ${p%-last}; }  # fast-first, fast-last: profile fast again
-needs_marlin() { local run; for run in $PLAN; do case $(profile_of $run) in bf16|bf16-gla|fp8) ;; *) return 0 ;; esac; done; return 1; }
+serves_w4() { case $(profile_of $1) in bf16|bf16-gla|fp8) return 1 ;; esac; }  # its checkpoint is w4-mlp: Marlin
+on_patched_tree() { case $(profile_of $1) in bf16|fp8|safe) return 1 ;; esac; }  # it pays the first compilation again
+needs_marlin() { local run; for run in $PLAN; do serves_w4 $run && return 0; done; return 1; }
 
 serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
   local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
@@ -110,7 +112,7 @@ serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, f
     fp8) ckpt=$M/bf16; flags=(--bf16); extra="$SERVE_EXTRA --quantization fp8" ;;  # the fork's own W8A8, online
     fast) fork=$(patched_fork) || return 1 ;;
     fast-gla) fork=$(fork_gla) || return 1 ;;  # patches 04 + 06
-    bf16-gla) ckpt=$M/bf16; flags=(--bf16); fork=$(fork_with fork-g gla-decode-in-place) || return 1 ;;  # patch 06 alone
+    bf16-gla) ckpt=$M/bf16; flags=(--bf16); fork=$(fork_g) || return 1 ;;  # patch 06 alone
     fast-fp8) fork=$(fork_f8) || return 1 ;;  # patches 04 + 05 at their built-in thresholds
     safe) ;;
     *) log "no such profile run: $run"; return 2 ;;
@@ -192,9 +194,8 @@ run() {
   log "cost guesses: a patched tree's run $base s, the unpatched tree's $warm s"
   for run in $PLAN; do
     case $run in bf16-first|bf16-last) continue ;; esac
-    case $(profile_of $run) in fp8|bf16-gla) ;; *)
-      if [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; then log "$run skipped: no Marlin extension"; continue; fi ;; esac
-    case $(profile_of $run) in fast|fast-gla|fast-fp8|bf16-gla) est=$base ;; *) est=$warm ;; esac
+    if serves_w4 $run && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
+    if on_patched_tree $run; then est=$base; else est=$warm; fi
     need=$(( est + warm + 30 ))
     if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
       log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue
@@ -214,11 +215,11 @@ collect() {
   ls -la "$OUT_FINAL"; cat $R/state 2>/dev/null; tail -5 $R/run.log 2>/dev/null
 }
 
-wait_for() {  # $1 seconds at most
+wait_done() {  # $1 seconds at most: until the run is no longer running
   local until=$(( $(date +%s) + $1 ))
   while [ "$(cat $R/state 2>/dev/null)" = running ] && [ "$(date +%s)" -lt $until ]; do sleep 5; done
-  collect
 }
+wait_for() { wait_done "$1"; collect; }
 
 case ${1:-} in
   start)
@@ -229,8 +230,8 @@ case ${1:-} in
   collect) collect ;;
   run) run ;;
   again)  # one more run on the machine a finished run left (its models, sets, trees and settings), then collect
-    wait_for "${3:-120}" > /dev/null; [ "$(cat $R/state 2>/dev/null)" = done ] || { echo "the run is not done" >&2; exit 1; }
+    wait_done "${3:-120}"; [ "$(cat $R/state 2>/dev/null)" = done ] || { echo "the run is not done" >&2; exit 1; }
     . $R/settings; echo running > $R/state; log "again: ${2:?a run name}"; serve_profile "$2"; echo done > $R/state
     collect ;;
-  *) echo "usage: $0 start [S] | wait S | collect" >&2; exit 2 ;;
+  *) echo "usage: $0 start [S] | wait S | collect | again RUN [S]" >&2; exit 2 ;;
 esac

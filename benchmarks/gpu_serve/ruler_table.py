@@ -7,7 +7,7 @@ RESULTS_DIR is the run's folder (ruler-results.tgz unpacked): `bench-RUN-SET.jso
 duration (s)", "Mean TTFT (ms)", "Mean TPOT (ms)" lines, one block per tier).
 
 Table 1, the ruler: per run, set and tier, soarpack's duration against the organisers' (difference in %), and which
-client ran first on that server (from run.log's order; ruler_lease.sh alternates it between the sets).
+client ran first on that server (from run.log's order: ruler_lease.sh's FIRST_CLIENT, alternated between the sets).
 Table 2, the profiles: per set and tier, each run's duration by both clients, TTFT and TPOT means, baseline / run
 (>1: faster than the baseline run) and TPOT run / baseline (<1: a shorter decode step than the baseline's).
 """
