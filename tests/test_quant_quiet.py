@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from soarpack.cli import app
+from soarpack.quant.capture import count_library_warnings
 from soarpack.sala.tiny import make_tiny_model
 from under_test import SOARPACK_ROOT
 
@@ -43,10 +44,12 @@ def _summary_only(text: str, out: Path) -> None:
 
 
 def _warning_lines(log: Path):
-    """The libraries' warning lines in a quantize log, by their known shapes (not soarpack's own timestamped lines)."""
-    shapes = re.compile(r"Failed to load \S|[WE]\d{4} \d\d:\d\d:\d\d\.\d+ |\w+Warning: |(?:^|\s)WARN ")
-    return [ln for ln in log.read_text(errors="replace").splitlines()
-            if shapes.search(ln) and not re.match(r"\d{4}-\d\d-\d\d ", ln)]
+    """The libraries' warning lines in a quantize log. Which shapes count is soarpack.quant.capture's one rule, each
+    shape pinned by tests/test_library_warnings.py; here what matters is that the terminal's count is this log's.
+    (A copy of the rule here once missed GPTQModel's `WARN` redrawn after a bar's `%`: CI's disk was slow enough
+    for its IO warning to land there, and the count said 3 where the copy found 2.)"""
+    with open(log, encoding="utf-8", errors="replace", newline="\n") as fh:  # a bar's \r redraws stay in their line
+        return [ln for ln in fh if count_library_warnings([ln])]
 
 
 def test_cli_output_is_the_summary_and_the_report_is_complete(tiny, tmp_path):
