@@ -46,6 +46,12 @@ build_models() {
    PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda) &&
   touch $M/built-$LAYERS && du -sh $M/*
 }
+# One more quantized copy of the bf16 model under $M/$1, by recipe $2 (compare.py w4); skipped when it is there.
+build_copy() {
+  [ ! -f $M/$1/config.json ] || { echo "built earlier on this machine: $M/$1"; return 0; }
+  (cd "$ROOT" && PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/$1 --recipe "$2" --device cuda) &&
+  du -sh $M/$1
+}
 # The fork with some of soarpack's patches, made once per machine and patch list, beside the unpatched one.
 fork_with() {  # $1 the tree's name under /tmp, then the patches; prints the patched tree's python/ folder
   local out=/tmp/$1/python name=$1 flags=(); shift
