@@ -1,5 +1,5 @@
 """Issue 37's profiles: `fp8` (the fork's own --quantization fp8 on the original checkpoint, recipe bf16 = method
-"none": nothing quantized, prepare_model.sh copies the original) and `fast-fp8` (w4-mlp + patches 04 and 05); the
+"none": nothing quantized, prepare_model.sh copies the original) and `fast-fp8` (w4-mlp-w8-attn + patches 04 and 05); the
 fp8_e5m2 KV profile renamed `fp8-kv`. Each says its FP8 accuracy risk in build, check, inspect and compare."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_an_fp8_bundle_ships_no_calibration_and_says_its_risk(tmp_path):
 def test_a_fast_fp8_bundle_carries_both_patches_and_the_fp8_risk(tmp_path):
     built = build_bundle(tmp_path / "ff.tar.gz", profile="fast-fp8", calib_rows=8, **QUIET)
     assert built.manifest["profile"]["patches"] == ["w4-dispatch", "fp8-prefill"]
-    assert built.manifest["quantize"]["recipe"] == "w4-mlp" and "method" not in built.manifest["quantize"]
+    assert built.manifest["quantize"]["recipe"] == "w4-mlp-w8-attn" and "method" not in built.manifest["quantize"]
     flagged = [r for r in built.risks if r.name == "profile-flagged"]
     assert flagged and "FP8 activations in prefill are unmeasured" in flagged[0].message
     assert flagged[0].source == "docs/evidence.md#fp8-prefill"
@@ -111,7 +111,7 @@ def test_compare_names_the_fp8_risk_of_a_runs_bundle(tmp_path):
             "label": label, "bundle": {"id": "x", "profile": profile, "recipe": recipe}}}))
         return path
 
-    files = [bench("ff", "fast-fp8", "w4-mlp"), bench("plain", "safe", "w4-mlp")]
+    files = [bench("ff", "fast-fp8", "w4-mlp-w8-attn"), bench("plain", "safe", "w4-mlp")]
     from soarpack.measure.compare import load_runs
     from soarpack.bundle.risks import evidence_risk_lines
 
@@ -258,6 +258,7 @@ def test_check_rehearses_both_profiles_end_to_end(tmp_path, probe_wheels, sglang
         assert "copied" in steps["prepare_model.sh"].detail and steps["fork loads it"].data["recipe"] == "bf16"
     else:
         assert steps["sglang patches"].status == PASS, steps["sglang patches"].detail
+        assert steps["fork loads it"].data["recipe"] == "w4-mlp-w8-attn"
     assert "profile-flagged" in [r.name for r in report.risks]
 
 

@@ -223,7 +223,7 @@ def test_the_fp8_route_through_the_stand_in_gives_thresholds_bar_and_rollup():
     rows = {(r["size_n"], r["size_k"], r["M"]): r for r in res["rows"]}
     roll = {(r["workload"], r["step"], r["M"]): r for r in res["rollup"]}
     mlp = next(w for w in res["workloads"] if w["name"] == "w4-mlp")
-    # fast-fp8 at a prefill chunk: the W4 linears through FP8, the 16-bit ones bf16
+    # patches 04 + 05 on w4-mlp at a prefill chunk: the W4 linears through FP8, the 16-bit ones bf16
     want = sum(ln["count"] * rows[(ln["size_n"], ln["size_k"], 8192)]["fp8_us" if ln["bits"] == 4 else "bf16_us"]
                for ln in mlp["linears"]) / 1e3
     assert roll[("w4-mlp", "prefill", 8192)]["fp8_prefill_ms"] == pytest.approx(want)

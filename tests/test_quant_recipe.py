@@ -37,7 +37,7 @@ def fused_name(name: str) -> str:
 
 def test_builtin_recipes_are_listed_and_serving_profiles_are_not(tmp_path, monkeypatch):
     names = list_recipes()
-    assert {"w4-full", "w4-mlp", "w4-balanced"} <= set(names)
+    assert {"w4-full", "w4-mlp", "w4-balanced", "w4-mlp-w8-attn"} <= set(names)
     import soarpack.recipe.files as recipe_files
 
     (tmp_path / "w4-x.toml").write_text('[quant]\nbits = 4\n')
@@ -70,6 +70,20 @@ def test_w4_mlp_keeps_all_attention_16bit():
     assert plan["model.layers.1.self_attn.z_proj"] is None
 
 
+def test_w4_mlp_w8_attn_is_w4_mlp_with_every_attention_linear_at_w8():
+    """fast-fp8's recipe: the MLP as w4-mlp quantizes it, and every attention linear a GPTQ-Marlin W8 one, so that
+    patch 05 can give it an FP8 prefill route (a 16-bit linear never reaches gptq_marlin's apply)."""
+    cfg = real_config()
+    plan, mlp = load_recipe("w4-mlp-w8-attn").plan(cfg), load_recipe("w4-mlp").plan(cfg)
+    assert plan.keys() == mlp.keys() and len(plan) == 32 * 8
+    for name, mq in plan.items():
+        if ".mlp." in name:
+            assert mq == mlp[name] == ModuleQuant(4, 128, True, False), name
+        else:
+            assert mlp[name] is None and mq == ModuleQuant(8, 128, True, False), name
+    assert plan["model.layers.0.self_attn.o_gate"].bits == plan["model.layers.1.self_attn.z_proj"].bits == 8
+
+
 def test_w4_balanced_names_sparse_and_last_eight_lightning_attention():
     cfg = real_config()
     plan = load_recipe("w4-balanced").plan(cfg)
@@ -81,7 +95,7 @@ def test_w4_balanced_names_sparse_and_last_eight_lightning_attention():
         assert mq is not None and mq.bits == expect, name
 
 
-@pytest.mark.parametrize("recipe", ["w4-full", "w4-mlp", "w4-balanced"])
+@pytest.mark.parametrize("recipe", ["w4-full", "w4-mlp", "w4-balanced", "w4-mlp-w8-attn"])
 def test_rendered_regexes_read_the_same_under_both_spellings(recipe):
     cfg = real_config()
     r = load_recipe(recipe)

@@ -50,13 +50,14 @@ def test_profiles_say_what_the_issue_asks():
 
 def test_the_fp8_profiles_of_issue_37():
     """fp8: the fork's own W8A8 --quantization fp8 on the original checkpoint (recipe bf16, nothing quantized before,
-    no patches); fast-fp8: "fast" plus patch fp8-prefill (which needs w4-dispatch); both say their FP8 risk."""
+    no patches); fast-fp8: "fast"'s args and patches plus patch fp8-prefill (which needs w4-dispatch), on recipe
+    w4-mlp-w8-attn (every linear GPTQ-Marlin, so every one can take the FP8 route); both say their FP8 risk."""
     from soarpack.recipe.model import load_recipe
 
     fp8, fast_fp8, fast, safe = (load_profile(n) for n in ("fp8", "fast-fp8", "fast", "safe"))
     assert fp8.recipe == "bf16" and not load_recipe("bf16").quantizes and fp8.patches == [] and fp8.fallback is None
     assert fp8.args == [("fp8" if a == "gptq_marlin" else a) for a in safe.args]  # safe's args, --quantization fp8
-    assert fast_fp8.recipe == "w4-mlp" and fast_fp8.patches == ["w4-dispatch", "fp8-prefill"]
+    assert fast_fp8.recipe == "w4-mlp-w8-attn" and fast_fp8.patches == ["w4-dispatch", "fp8-prefill"]
     assert fast_fp8.args == fast.args and fast_fp8.fallback == "safe"
     assert "patch-requires" in {f.rule for f in lint_profile("fast-fp8", patched={"fp8-prefill"})}
     for prof in (fp8, fast_fp8):
