@@ -1,7 +1,11 @@
 # Shared by device_run.sh and ruler_lease.sh (sourced, never run): the paths of a device call, the server's start
 # and stop, the carried wheels' install and the model build. The caller sets OUT (where logs go) before sourcing.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-GS=benchmarks/gpu_serve; SITE=/tmp/serve-site; FORK=/tmp/fork/python; M=/tmp/models; PORT=${PORT:-30000}
+# GS_WORK holds the carried site, the fork, the models and the patched trees: /tmp on the device; a CPU rehearsal
+# (tests/test_ruler_lease.py) points it at a folder of its own, and FORK at an extracted fork tree.
+GS_WORK=${GS_WORK:-/tmp}
+GS=benchmarks/gpu_serve; SITE=$GS_WORK/serve-site; FORK=${FORK:-$GS_WORK/fork/python}; M=$GS_WORK/models
+PORT=${PORT:-30000}
 SP="python3 -m soarpack"  # soarpack's CLI under the device's Python: PYTHONPATH=$ROOT:$SITE (typer, rich, httpx there)
 LAYERS=${LAYERS:-2}
 MARLIN_SO=${MARLIN_SO:-$(cd "$ROOT" && ls .whl/*marlin*.so .gpu/*marlin*.so 2>/dev/null | head -1)}
@@ -34,9 +38,9 @@ server_wait() {  # until /health answers, or the server's process has died
 install_carried() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$ROOT"/.whl/*.whl &&
   tar -xzf "$ROOT/.whl/sglang-kernel-0.4.5-sm90.tar.gz" -C "$SITE" &&
-  mkdir -p /tmp/fork && tar -xzf "$ROOT/.whl/d29fb130c-python.tar.gz" -C /tmp/fork &&
+  mkdir -p $GS_WORK/fork && tar -xzf "$ROOT/.whl/d29fb130c-python.tar.gz" -C $GS_WORK/fork &&
   { [ ! -f "$ROOT/.whl/jitcache.tgz" ] || tar -xzf "$ROOT/.whl/jitcache.tgz" -C ~; } &&
-  du -sh "$SITE" /tmp/fork
+  du -sh "$SITE" $GS_WORK/fork
 }
 # The $LAYERS-layer full-width random bf16 model and its w4-mlp copy; skipped when this machine built them already.
 build_models() {
@@ -53,8 +57,8 @@ build_copy() {
   du -sh $M/$1
 }
 # The fork with some of soarpack's patches, made once per machine and patch list, beside the unpatched one.
-fork_with() {  # $1 the tree's name under /tmp, then the patches; prints the patched tree's python/ folder
-  local out=/tmp/$1/python name=$1 flags=(); shift
+fork_with() {  # $1 the tree's name under $GS_WORK, then the patches; prints the patched tree's python/ folder
+  local out=$GS_WORK/$1/python name=$1 flags=(); shift
   for p in "$@"; do flags+=(--patch "$p"); done
   [ -d $out ] || (cd "$ROOT" && PYTHONPATH=$ROOT python3 -m soarpack.serve.patches apply --src $FORK --out $out \
     "${flags[@]}" > "$OUT/patch-$name.json") || return 1

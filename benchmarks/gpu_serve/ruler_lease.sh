@@ -32,8 +32,13 @@
 #      alone, then each set's rows at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
+#
+# Rehearsed on a CPU by tests/test_ruler_lease.py (run, collect, again): REHEARSAL=1 (no install, no Marlin build,
+# stand-ins for the organisers' client), GS_WORK (a folder instead of /tmp), FORK (an extracted fork tree), ORGS_SCRIPT
+# (the organisers' script where it lies), LAUNCH (a stand-in server). Unset, each is what the device uses.
 set -uo pipefail
-R=/tmp/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
+GS_WORK=${GS_WORK:-/tmp}  # lib.sh: where the run's files go (a CPU rehearsal: a folder of its own)
+R=$GS_WORK/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
 . "$(dirname "$0")/lib.sh"; cd "$ROOT"
 ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; BUDGET_S=${BUDGET_S:-1400}
 # The runs (bf16-first and bf16-last always, the others in this order as the budget allows), the speed sets, and
@@ -46,12 +51,24 @@ SERVE_EXTRA=${SERVE_EXTRA:---cuda-graph-max-bs 16}
 STANDIN=$R/standin  # `datasets` for bench_serving's module-level import (the custom loader never calls it)
 MARLIN_ABS=""  # the device-built Marlin extension, once its background build is done
 FIRST_CLIENT=${FIRST_CLIENT:-ours}  # which client runs first on each server's first set: ours (soarpack bench) or organisers
+ORGS_SCRIPT=${ORGS_SCRIPT:-$ROOT/.whl/organisers-bench_serving.sh}  # the organisers' bench_serving.sh, byte for byte
 
 elapsed() { echo $(( $(date +%s) - $(cat $R/t0) )); }
 
 marlin_build() {
-  mkdir -p /tmp/marlin-src && tar -xzf .whl/marlin-src-d29fb130c.tar.gz -C /tmp/marlin-src &&
-  nice -n 19 python3 benchmarks/build_marlin_ext.py --src /tmp/marlin-src/sgl-kernel --build /tmp/mb --jobs 12
+  mkdir -p $GS_WORK/marlin-src && tar -xzf .whl/marlin-src-d29fb130c.tar.gz -C $GS_WORK/marlin-src &&
+  nice -n 19 python3 benchmarks/build_marlin_ext.py --src $GS_WORK/marlin-src/sgl-kernel --build $GS_WORK/mb --jobs 12
+}
+
+marlin_so() { ls $GS_WORK/mb/*.so 2>/dev/null | head -1; }  # the built extension, if any (run, and again after it)
+
+# REHEARSAL=1 only (tests/test_ruler_lease.py, on a CPU): the fork's package root imports its server stack, which a CPU
+# machine lacks, so the organisers' client gets a stand-in root whose __path__ is the fork's sglang/ (bench_serving is
+# still the fork's own file, as in tests/test_bench_conformance.py), and pybase64 (images only) where python3 lacks it.
+rehearsal_standins() {
+  mkdir -p "$STANDIN/sglang"
+  python3 -c 'import sys; print("__path__.append(%r)" % sys.argv[1])' "$FORK/sglang" > "$STANDIN/sglang/__init__.py"
+  python3 -c "import pybase64" 2>/dev/null || echo "from base64 import b64decode, b64encode" > "$STANDIN/pybase64.py"
 }
 
 make_sets() {
@@ -87,9 +104,10 @@ organisers() {  # $1 label, $2 speed set: bench_serving.sh at TIERS on the runni
   local label=$1 set=$2 work=$R/orgs-$1 tier tiers=()
   mkdir -p "$work" "$STANDIN"
   [ -f "$STANDIN/datasets.py" ] || printf 'def load_dataset(*a, **k):\n    raise RuntimeError("datasets stand-in")\n' > "$STANDIN/datasets.py"
+  [ -z "${REHEARSAL:-}" ] || rehearsal_standins
   for tier in $TIERS; do tiers+=("SPEED_DATA_${tier^^}=$set"); done  # the script skips a tier whose variable is unset
   (cd "$work" && env PYTHONPATH=$STANDIN:$(server_path) "${tiers[@]}" \
-     timeout 900 bash "$ROOT/.whl/organisers-bench_serving.sh" http://127.0.0.1:$PORT) > "$R/orgs-$label.log" 2>&1
+     timeout 900 bash "$ORGS_SCRIPT" http://127.0.0.1:$PORT) > "$R/orgs-$label.log" 2>&1
   local rc=$?
   # The script itself exits 0 when bench_serving fails (`|| true`) and reports 0 s: a zero is a failure here.
   tail -1 "$R/orgs-$label.log" | python3 -c "import json, sys; d = json.loads(sys.stdin.read()); sys.exit(0 if all(d[t] > 0 for t in sys.argv[1:]) else 1)" $TIERS || rc=1
@@ -188,7 +206,7 @@ run() {
   log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
-    (mkdir -p /tmp/mb && touch /tmp/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
+    (mkdir -p $GS_WORK/mb && touch $GS_WORK/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
   else
     install_carried > $R/install.log 2>&1 || { log "install failed"; echo failed > $R/state; return 1; }
     # No build when no run serves W4: it would only load the CPU under the bf16 servers being timed.
@@ -204,7 +222,7 @@ run() {
   [ "$GLA" != first ] || gla_check
   serve_profile bf16-first
   wait $marlin_pid; local mrc=$?
-  MARLIN_ABS=$(ls /tmp/mb/*.so 2>/dev/null | head -1)
+  MARLIN_ABS=$(marlin_so)
   log "marlin build rc=$mrc: ${MARLIN_ABS:-none} ($(tail -1 $R/marlin.log))"
   # The middle runs, in PLAN's order, each only if it and the last bf16 still fit in BUDGET_S; the last bf16 always
   # runs. Their cost is guessed from the first bf16's: less its cold start (FlashInfer's JIT: the health wait beyond
@@ -253,8 +271,12 @@ case ${1:-} in
   collect) collect ;;
   run) run ;;
   again)  # one more run on the machine a finished run left (its models, sets, trees and settings), then collect
-    wait_done "${3:-120}"; [ "$(cat $R/state 2>/dev/null)" = done ] || { echo "the run is not done" >&2; exit 1; }
-    . $R/settings; echo running > $R/state; log "again: ${2:?a run name}"; serve_profile "$2"; echo done > $R/state
+    : "${2:?a run name}"; wait_done "${3:-120}"
+    [ "$(cat $R/state 2>/dev/null)" = done ] || { echo "the run is not done" >&2; exit 1; }
+    . $R/settings; MARLIN_ABS=$(marlin_so)  # a W4 run again needs the run's Marlin extension
+    # As in run: killed (the device call's timeout), it must not leave a "running" state nor its server up.
+    trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "again died"; }; server_down' EXIT
+    echo running > $R/state; log "again: $2"; serve_profile "$2"; echo done > $R/state
     collect ;;
   *) echo "usage: $0 start [S] | wait S | collect | again RUN [S]" >&2; exit 2 ;;
 esac
