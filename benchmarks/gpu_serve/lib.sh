@@ -29,7 +29,9 @@ server_up() {  # $1 log, $2 checkpoint, $3 fork tree, $4 extra server flags (spl
 }
 server_down() {
   [ -n "${SERVER_PGID:-}" ] || return 0
-  kill -TERM -- -"$SERVER_PGID" 2>/dev/null; sleep 5; kill -KILL -- -"$SERVER_PGID" 2>/dev/null; SERVER_PGID=
+  kill -TERM -- -"$SERVER_PGID" 2>/dev/null
+  local i; for i in $(seq 20); do kill -0 -- -"$SERVER_PGID" 2>/dev/null || break; sleep 0.5; done  # gone: no wait
+  kill -KILL -- -"$SERVER_PGID" 2>/dev/null; SERVER_PGID=
 }
 server_wait() {  # until /health answers, or the server's process has died
   python3 "$ROOT/$GS/compare.py" wait --url http://127.0.0.1:$PORT --wait "${WAIT_S:-420}" --pid "$SERVER_PGID"
