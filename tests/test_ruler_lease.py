@@ -313,6 +313,10 @@ def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_se
         assert set(json.loads((lease.r / f"bench-fast-{SET}.json").read_text())["tiers"]) == {"s1"}
         assert lease.live_servers() == []
 
+        # An `again` whose server fails exits with its rc (a device call must see it), the state left usable.
+        rc, out = lease.script("again", "turbo", "30")
+        assert rc == 2 and lease.state() == "done" and "no such profile run: turbo" in lease.log(), out[-2000:]
+
         # An `again` cut short (the device call's timeout sends TERM) says so and leaves no server behind.
         proc = subprocess.Popen(["bash", str(SCRIPT), "again", "bf16-last", "30"], cwd=ROOT, env=lease.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)

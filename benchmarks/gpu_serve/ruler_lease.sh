@@ -25,8 +25,8 @@
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
 #      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
-#      fast-fp8 (w4-mlp-w8-attn + patches w4-dispatch and fp8-prefill), fp8 (the bf16 checkpoint, the fork's --quantization fp8), safe (w4-mlp, no
-#      patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always; Marlin is built only
+#      fast-fp8 (w4-mlp-w8-attn + patches w4-dispatch and fp8-prefill), fp8 (the bf16 checkpoint, the fork's
+#      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always; Marlin is built only
 #      when a run serves W4. A run named NAME-first or NAME-last is profile NAME again (a baseline
 #      run before and after what it is compared with). On each server: the pre-warm (untimed: the longest prompt
 #      alone, then each set's rows at once when TIERS has S8 or Smax), then per set of SETS
@@ -285,7 +285,7 @@ case ${1:-} in
     . $R/settings; MARLIN_ABS=$(marlin_so)  # a W4 run again needs the run's Marlin extension
     # As in run: killed (the device call's timeout), it must not leave a "running" state nor its server up.
     trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "again died"; }; server_down' EXIT
-    echo running > $R/state; log "again: $2"; serve_profile "$2"; echo done > $R/state
-    collect ;;
+    echo running > $R/state; log "again: $2"; serve_profile "$2"; rc=$?; echo done > $R/state
+    collect; exit $rc ;;  # the server's rc: a failed again is not a silent 0
   *) echo "usage: $0 start [S] | wait S | collect | again RUN [S]" >&2; exit 2 ;;
 esac
