@@ -169,7 +169,10 @@ def test_the_benchmarks_rollup_is_the_librarys_and_reproduces_the_h200_run():
     res = json.loads((bench_dir / "results" / "w4_dispatch_2026-12-01.json").read_text())
     stored = {(r["recipe"], r["M"]): r for r in res["rollup"]}
     new = {(r["recipe"], r["M"]): r for r in B.rollup(res["rows"])}
-    assert set(new) == set(stored)
+    # Every recipe and step of the H200 run, and those of recipes added since, summed from the same rows.
+    since = {"w4-mlp-w8-attn"}
+    assert set(stored) == {key for key in new if key[0] not in since}
+    assert {recipe for recipe, _ in new} - {recipe for recipe, _ in stored} == since
     for key, r in stored.items():
         assert new[key]["marlin_ms"] == pytest.approx(r["marlin_ms"], rel=1e-9), key
         assert new[key]["dispatch_ms"] == pytest.approx(r["dispatch_ms"], rel=1e-9), key
