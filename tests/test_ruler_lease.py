@@ -223,6 +223,12 @@ def test_sets_json_holds_the_speed_files_hash(lease):
     # soarpack bench timed that very file.
     bench = json.loads((lease.r / f"bench-bf16-first-{SET}.json").read_text())
     assert bench["tiers"]["s1"]["data_sha256"] == sets[SET]["sha256"]
+    # The S8 pre-warm: the set's first rows (8 at most), each question a prefix of 16,000 characters at most, 8 words out.
+    rows = [json.loads(line) for line in speed.decode().splitlines()]
+    warm = [json.loads(line) for line in (lease.r / f"prewarm-{SET}.jsonl").read_text().splitlines()]
+    assert len(warm) == min(8, ROWS) and any(len(row["question"]) > 16000 for row in rows[:8]), [len(r["question"]) for r in rows]
+    for row, w in zip(rows, warm):
+        assert w["question"] == row["question"][:16000] and len(w["model_response"].split()) == 8
 
 
 def test_each_server_gets_its_checkpoint_fork_tree_and_flags(lease):

@@ -20,8 +20,9 @@
 #   2. the $LAYERS-layer full-width random bf16 model and its w4-mlp copy (compare.py build, w4), and when PLAN has
 #      fast-fp8 its w4-mlp-w8-attn copy (w4a8);
 #   3. the speed sets of SETS, with `soarpack speedset` on that model's tokenizer: 1of16 x ROWS_SHORT, long-128k x
-#      ROWS_LONG; their sha256 in $R/sets.json; pre-warm files: one row (their longest prompt), and each set's rows
-#      (prewarm-SET.jsonl), 8 tokens out;
+#      ROWS_LONG, long-32k (speed-mix-long.toml, issue 37's: inputs 32K-128K) x ROWS_LONG32; their sha256 in
+#      $R/sets.json; pre-warm files: one row (their longest prompt), and each set's first 8 rows cut to 16,000
+#      characters (prewarm-SET.jsonl), 8 tokens out;
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
 #      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
@@ -29,7 +30,7 @@
 #      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always; Marlin is built only
 #      when a run serves W4. A run named NAME-first or NAME-last is profile NAME again (a baseline
 #      run before and after what it is compared with). On each server: the pre-warm (untimed: the longest prompt
-#      alone, then each set's rows at once when TIERS has S8 or Smax), then per set of SETS
+#      alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
 #
@@ -40,7 +41,7 @@ set -uo pipefail
 GS_WORK=${GS_WORK:-/tmp}  # lib.sh: where the run's files go (a CPU rehearsal: a folder of its own)
 R=$GS_WORK/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
 . "$(dirname "$0")/lib.sh"; cd "$ROOT"
-ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; BUDGET_S=${BUDGET_S:-1400}
+ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; ROWS_LONG32=${ROWS_LONG32:-10}; BUDGET_S=${BUDGET_S:-1400}
 # The runs (bf16-first and bf16-last always, the others in this order as the budget allows), the speed sets, and
 # when patch 06's kernel check runs (first: before the servers; last: after them if it fits; off).
 PLAN=${PLAN:-bf16-first fast safe bf16-last}; SETS=${SETS:-long-128k 1of16}; GLA=${GLA:-last}
@@ -79,10 +80,15 @@ rehearsal_standins() {
 }
 
 make_sets() {
-  local rc=0 set rows
+  local rc=0 set rows mix
   for set in $SETS; do
-    case $set in 1of16) rows=$ROWS_SHORT ;; long-128k) rows=$ROWS_LONG ;; *) log "no such speed set: $set"; return 1 ;; esac
-    PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$rows" --mix $set -o $R/speed-$set.jsonl \
+    mix=$set
+    case $set in
+      1of16) rows=$ROWS_SHORT ;; long-128k) rows=$ROWS_LONG ;;
+      long-32k) rows=$ROWS_LONG32; mix=$ROOT/$GS/speed-mix-long.toml ;;  # issue 37's set: inputs 32K-128K
+      *) log "no such speed set: $set"; return 1 ;;
+    esac
+    PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$rows" --mix $mix -o $R/speed-$set.jsonl \
       --force --json > $R/speedset-$set.json || rc=1
   done
   python3 - "$R" $SETS <<'EOF' || rc=1
@@ -98,9 +104,11 @@ rows = [json.loads(line) for name in sys.argv[2:] for line in (r / f"speed-{name
 longest = max(rows, key=lambda row: len(row["question"]))
 EIGHT = "one two three four five six seven eight"  # about 8 tokens out: a pre-warm times no decode
 (r / "prewarm.jsonl").write_text(json.dumps({"question": longest["question"], "model_response": EIGHT}) + "\n")
-for name in sys.argv[2:]:  # each set's rows at once: the server's first batch of many prompts is not a timed one
-    lines = (r / f"speed-{name}.jsonl").read_text().splitlines()
-    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps({**json.loads(line), "model_response": EIGHT}) + "\n" for line in lines))
+# Each set's first 8 rows at once, each cut to 16,000 characters (a few thousand tokens): the server's first batch of
+# many prompts is then not a timed one, at a few seconds' cost even on long-32k (its whole rows: ~50 s of prefill).
+for name in sys.argv[2:]:
+    rows8 = [json.loads(line) for line in (r / f"speed-{name}.jsonl").read_text().splitlines()[:8]]
+    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps({**row, "question": row["question"][:16000], "model_response": EIGHT}) + "\n" for row in rows8))
 (r / "sets.json").write_text(json.dumps(sets, indent=1))
 print(json.dumps(sets, indent=1))
 EOF
@@ -159,10 +167,10 @@ serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, f
     PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$ckpt" --trust-remote-code \
       --s1 $R/prewarm.jsonl --no-warmup --settle 0 -o "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
     echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"
-    # Then, when a tier sends many requests at once, each set's rows at once (8 tokens out). In §13 the client that
-    # ran S8 first on a fresh server took 0.3-0.5 s (2.6-3.9 %) longer than the other, which the one-row pre-warm
-    # does not cover: if that is the server's first many-prompt batch (a one-off the platform's S8 pays once in
-    # ~1300 s), this takes it out of both clients' timings; if the clients still differ, it was not.
+    # Then, when a tier sends many requests at once, each set's first 8 rows at once (cut, 8 tokens out). In §13 the
+    # client that ran S8 first on a fresh server took 0.3-0.5 s (2.6-3.9 %) longer than the other, which the one-row
+    # pre-warm does not cover: if that is the server's first many-prompt batch (a one-off the platform's S8 pays once
+    # in ~1300 s), this takes it out of both clients' timings; if the clients still differ, it was not.
     if [[ " $TIERS " == *" S8 "* || " $TIERS " == *" Smax "* ]]; then
       tw=$(date +%s)
       for set in $SETS; do
@@ -210,7 +218,7 @@ run() {
   trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "run died"; }; server_down' EXIT
   case $FIRST_CLIENT in ours|organisers) ;; *) log "FIRST_CLIENT=$FIRST_CLIENT: ours or organisers"; echo failed > $R/state; return 1 ;; esac
   declare -p SETS TIERS SERVE_EXTRA FIRST_CLIENT > $R/settings  # what `again` runs with
-  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT"
+  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG ROWS_LONG32=$ROWS_LONG32 BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
     (mkdir -p $GS_WORK/mb && touch $GS_WORK/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
