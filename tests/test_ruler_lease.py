@@ -43,6 +43,7 @@ SCRIPT = GPU_SERVE / "ruler_lease.sh"
 STANDIN_LAUNCH = Path(__file__).resolve().parent / "ruler_standin_launch.py"
 LAYERS = 2
 ROWS = 3
+PREWARM_CHARS = 1000  # below the longest of the rows: the pre-warm's cut is exercised
 SET = "1of16"
 # bf16 on the unpatched fork, W4 with w4-dispatch, the w4-mlp-w8-attn copy with w4-dispatch + fp8-prefill; `again`
 # then serves bf16-gla (bf16 with gla-decode-in-place alone).
@@ -103,7 +104,7 @@ class Lease:
         env.update(PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}", REHEARSAL="1", GS_WORK=str(self.work),
                    FORK=str(fork), ORGS_SCRIPT=str(toolkit_dir() / "bench_serving.sh"), LAUNCH=str(STANDIN_LAUNCH),
                    RULER_STANDIN_RECORD=str(self.records), OUT=str(self.out), PORT=str(_free_port()),
-                   LAYERS=str(LAYERS), ROWS_SHORT=str(ROWS), SETS=SET, FIRST_CLIENT="organisers", GLA="off",
+                   LAYERS=str(LAYERS), ROWS_SHORT=str(ROWS), PREWARM_CHARS=str(PREWARM_CHARS), SETS=SET, FIRST_CLIENT="organisers", GLA="off",
                    BUDGET_S="100000", WAIT_S="60", TOKENIZERS_PARALLELISM="false")
         env.update(settings)
         self.env = env
@@ -223,12 +224,12 @@ def test_sets_json_holds_the_speed_files_hash(lease):
     # soarpack bench timed that very file.
     bench = json.loads((lease.r / f"bench-bf16-first-{SET}.json").read_text())
     assert bench["tiers"]["s1"]["data_sha256"] == sets[SET]["sha256"]
-    # The S8 pre-warm: the set's first rows (8 at most), each question a prefix of 16,000 characters at most, 8 words out.
+    # The S8 pre-warm: the set's first rows (8 at most), each question cut to PREWARM_CHARS, 8 words out.
     rows = [json.loads(line) for line in speed.decode().splitlines()]
     warm = [json.loads(line) for line in (lease.r / f"prewarm-{SET}.jsonl").read_text().splitlines()]
-    assert len(warm) == min(8, ROWS) and any(len(row["question"]) > 16000 for row in rows[:8]), [len(r["question"]) for r in rows]
+    assert len(warm) == min(8, ROWS) and any(len(row["question"]) > PREWARM_CHARS for row in rows[:8])
     for row, w in zip(rows, warm):
-        assert w["question"] == row["question"][:16000] and len(w["model_response"].split()) == 8
+        assert w["question"] == row["question"][:PREWARM_CHARS] and len(w["model_response"].split()) == 8
 
 
 def test_each_server_gets_its_checkpoint_fork_tree_and_flags(lease):

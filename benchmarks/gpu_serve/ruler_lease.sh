@@ -21,8 +21,8 @@
 #      fast-fp8 its w4-mlp-w8-attn copy (w4a8);
 #   3. the speed sets of SETS, with `soarpack speedset` on that model's tokenizer: 1of16 x ROWS_SHORT, long-128k x
 #      ROWS_LONG, long-32k (speed-mix-long.toml, issue 37's: inputs 32K-128K) x ROWS_LONG32; their sha256 in
-#      $R/sets.json; pre-warm files: one row (their longest prompt), and each set's first 8 rows cut to 16,000
-#      characters (prewarm-SET.jsonl), 8 tokens out;
+#      $R/sets.json; pre-warm files: one row (their longest prompt), and each set's first 8 rows cut to
+#      PREWARM_CHARS characters (prewarm-SET.jsonl), 8 tokens out;
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
 #      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
@@ -42,6 +42,7 @@ GS_WORK=${GS_WORK:-/tmp}  # lib.sh: where the run's files go (a CPU rehearsal: a
 R=$GS_WORK/ruler; mkdir -p "$R"; OUT_FINAL=${OUT:-/tmp/out}; OUT=$R; LAYERS=${LAYERS:-32}
 . "$(dirname "$0")/lib.sh"; cd "$ROOT"
 ROWS_SHORT=${ROWS_SHORT:-8}; ROWS_LONG=${ROWS_LONG:-6}; ROWS_LONG32=${ROWS_LONG32:-10}; BUDGET_S=${BUDGET_S:-1400}
+PREWARM_CHARS=${PREWARM_CHARS:-16000}  # the S8 pre-warm's prompts: each set's first 8 rows cut to this many characters
 # The runs (bf16-first and bf16-last always, the others in this order as the budget allows), the speed sets, and
 # when patch 06's kernel check runs (first: before the servers; last: after them if it fits; off).
 PLAN=${PLAN:-bf16-first fast safe bf16-last}; SETS=${SETS:-long-128k 1of16}; GLA=${GLA:-last}
@@ -91,8 +92,8 @@ make_sets() {
     PYTHONPATH=$ROOT:$SITE $SP speedset --model-dir $M/bf16 -n "$rows" --mix $mix -o $R/speed-$set.jsonl \
       --force --json > $R/speedset-$set.json || rc=1
   done
-  python3 - "$R" $SETS <<'EOF' || rc=1
-import hashlib, json, sys
+  PREWARM_CHARS=$PREWARM_CHARS python3 - "$R" $SETS <<'EOF' || rc=1
+import hashlib, json, os, sys
 from pathlib import Path
 r = Path(sys.argv[1])
 sets = {}
@@ -104,11 +105,12 @@ rows = [json.loads(line) for name in sys.argv[2:] for line in (r / f"speed-{name
 longest = max(rows, key=lambda row: len(row["question"]))
 EIGHT = "one two three four five six seven eight"  # about 8 tokens out: a pre-warm times no decode
 (r / "prewarm.jsonl").write_text(json.dumps({"question": longest["question"], "model_response": EIGHT}) + "\n")
-# Each set's first 8 rows at once, each cut to 16,000 characters (a few thousand tokens): the server's first batch of
-# many prompts is then not a timed one, at a few seconds' cost even on long-32k (its whole rows: ~50 s of prefill).
+# Each set's first 8 rows at once, each cut to PREWARM_CHARS characters (16,000: a few thousand tokens): the server's
+# first batch of many prompts is then not a timed one, at a few seconds' cost even on long-32k (whole rows: ~50 s).
+cut = int(os.environ["PREWARM_CHARS"])
 for name in sys.argv[2:]:
     rows8 = [json.loads(line) for line in (r / f"speed-{name}.jsonl").read_text().splitlines()[:8]]
-    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps({**row, "question": row["question"][:16000], "model_response": EIGHT}) + "\n" for row in rows8))
+    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps({**row, "question": row["question"][:cut], "model_response": EIGHT}) + "\n" for row in rows8))
 (r / "sets.json").write_text(json.dumps(sets, indent=1))
 print(json.dumps(sets, indent=1))
 EOF
