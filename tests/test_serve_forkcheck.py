@@ -103,7 +103,7 @@ def test_each_recipe_loads_through_the_fork(quantized, patched_trees, image_pyth
     if recipe == "w4-mlp":
         assert ("qkv_proj", "UnquantizedLinearMethod", None) in methods
         assert not any(m == "GPTQMarlinLinearMethod" for name, m, _ in methods if name in ("qkv_proj", "o_proj"))
-    if recipe == "w4-balanced":  # sparse layers' attention at W8 (layer 0 is sparse)
+    if recipe == "w4-balanced":  # layer 0 (sparse) at W8; on 4 layers, w4-mlp-w8-attn's plan (test_quant_recipe)
         layer0 = {r.module: r for r in result.rows if r.module.startswith("model.layers.0.self_attn.")}
         assert {(r.method, r.bits) for r in layer0.values()} == {("GPTQMarlinLinearMethod", 8)}
     if recipe == "w4-full":
