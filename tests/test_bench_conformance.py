@@ -106,12 +106,16 @@ def model_dir(tmp_path_factory):
     chat template and generation_config. Its config.json stays behind: the clients load the tokenizer with
     trust_remote_code, and a tiny model's remote code is a placeholder that refuses to import (the release's
     configuration code imports anywhere)."""
+    return tokenizer_side(tmp_path_factory.mktemp("conf"), tmp_path_factory.mktemp("served"))
+
+
+def tokenizer_side(work: Path, served: Path, num_layers: int = 2) -> Path:
+    """A tiny SALA checkpoint made under `work`, its tokenizer side copied into `served` (see model_dir)."""
     import shutil
 
     from soarpack.sala.tiny import make_tiny_model
 
-    tiny = make_tiny_model(tmp_path_factory.mktemp("conf") / "tiny", num_layers=2)
-    served = tmp_path_factory.mktemp("served")
+    tiny = make_tiny_model(work / "tiny", num_layers=num_layers)
     for path in tiny.iterdir():
         if path.name.startswith(("tokenizer", "special_tokens", "chat_template", "generation_config")):
             shutil.copy2(path, served / path.name)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from test_bench_conformance import toolkit_dir
+from test_bench_conformance import _python_bin, tokenizer_side, toolkit_dir
 from under_test import SOARPACK_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_torch]
@@ -62,14 +62,7 @@ SERVED = {"bf16-first": ("bf16", None, set(), True), "bf16-last": ("bf16", None,
 def tokenizer_dir(tmp_path_factory):
     """A tiny SALA checkpoint's tokenizer side (as test_bench_conformance's model_dir): tokenizer, special tokens,
     chat template, generation_config; no config.json (a tiny model's remote code refuses to import) and no weights."""
-    from soarpack.sala.tiny import make_tiny_model
-
-    tiny = make_tiny_model(tmp_path_factory.mktemp("ruler-tiny") / "tiny", num_layers=LAYERS)
-    served = tmp_path_factory.mktemp("ruler-tokenizer")
-    for path in tiny.iterdir():
-        if path.name.startswith(("tokenizer", "special_tokens", "chat_template", "generation_config")):
-            shutil.copy2(path, served / path.name)
-    return served
+    return tokenizer_side(tmp_path_factory.mktemp("ruler-tiny"), tmp_path_factory.mktemp("ruler-tokenizer"), LAYERS)
 
 
 def _free_port() -> int:
@@ -95,17 +88,13 @@ class Lease:
         self.m, self.r = self.work / "models", self.work / "ruler"
         self.fork = fork
         _models(self.m, tokenizer)
-        bin_dir = tmp / "bin"
-        bin_dir.mkdir()
-        wrapper = bin_dir / "python3"  # not a symlink: a venv's python finds its pyvenv.cfg by the path it is run as
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-        wrapper.chmod(0o755)
+        bin_dir = _python_bin(tmp, sys.executable)  # the script calls python3 by name
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SOARPACK_"))}
         env.update(PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}", REHEARSAL="1", GS_WORK=str(self.work),
                    FORK=str(fork), ORGS_SCRIPT=str(toolkit_dir() / "bench_serving.sh"), LAUNCH=str(STANDIN_LAUNCH),
                    RULER_STANDIN_RECORD=str(self.records), OUT=str(self.out), PORT=str(_free_port()),
-                   LAYERS=str(LAYERS), ROWS_SHORT=str(ROWS), PREWARM_CHARS=str(PREWARM_CHARS), SETS=SET, FIRST_CLIENT="organisers", GLA="off",
-                   BUDGET_S="100000", WAIT_S="60", TOKENIZERS_PARALLELISM="false")
+                   LAYERS=str(LAYERS), ROWS_SHORT=str(ROWS), PREWARM_CHARS=str(PREWARM_CHARS), SETS=SET,
+                   FIRST_CLIENT="organisers", GLA="off", BUDGET_S="100000", WAIT_S="60", TOKENIZERS_PARALLELISM="false")
         env.update(settings)
         self.env = env
 

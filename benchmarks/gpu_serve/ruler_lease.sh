@@ -27,10 +27,10 @@
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
 #      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
 #      fast-fp8 (w4-mlp-w8-attn + patches w4-dispatch and fp8-prefill), fp8 (the bf16 checkpoint, the fork's
-#      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and bf16-last always; Marlin is built only
-#      when a run serves W4. A run named NAME-first or NAME-last is profile NAME again (a baseline
-#      run before and after what it is compared with). On each server: the pre-warm (untimed: the longest prompt
-#      alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
+#      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and
+#      bf16-last always; Marlin is built only when a run serves W4. A run named NAME-first or NAME-last is profile
+#      NAME again (a baseline run before and after what it is compared with). On each server: the pre-warm (untimed:
+#      the longest prompt alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
 #
@@ -110,7 +110,8 @@ EIGHT = "one two three four five six seven eight"  # about 8 tokens out: a pre-w
 cut = int(os.environ["PREWARM_CHARS"])
 for name in sys.argv[2:]:
     rows8 = [json.loads(line) for line in (r / f"speed-{name}.jsonl").read_text().splitlines()[:8]]
-    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps({**row, "question": row["question"][:cut], "model_response": EIGHT}) + "\n" for row in rows8))
+    cut_rows = ({**row, "question": row["question"][:cut], "model_response": EIGHT} for row in rows8)
+    (r / f"prewarm-{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in cut_rows))
 (r / "sets.json").write_text(json.dumps(sets, indent=1))
 print(json.dumps(sets, indent=1))
 EOF
@@ -142,10 +143,16 @@ ours() {  # $1 label, $2 speed set, $3 checkpoint
   return $rc
 }
 
+untimed() {  # $1 checkpoint, $2 --s1|--s8, $3 pre-warm file, $4 result JSON: soarpack bench, no warm-up, no settle
+  PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$1" --trust-remote-code \
+    "$2" "$3" --no-warmup --settle 0 -o "$4"
+}
+
 profile_of() { local p=${1%-first}; echo ${p%-last}; }  # fast-first, fast-last: profile fast again
-serves_w4() { case $(profile_of $1) in bf16|bf16-gla|fp8) return 1 ;; esac; }  # its checkpoint is w4-mlp: Marlin
+serves_w4() { case $(profile_of $1) in bf16|bf16-gla|fp8) return 1 ;; esac; }  # a GPTQ checkpoint: Marlin
 on_patched_tree() { case $(profile_of $1) in bf16|fp8|safe) return 1 ;; esac; }  # it pays the first compilation again
 needs_marlin() { local run; for run in $PLAN; do serves_w4 $run && return 0; done; return 1; }
+plan_has() { local run; for run in $PLAN; do [ "$(profile_of $run)" = "$1" ] && return 0; done; return 1; }
 
 serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
   local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
@@ -166,8 +173,7 @@ serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, f
   if [ $rc -eq 0 ]; then
     log "server $run healthy ($(cat $R/health-$run.json)); pre-warm"
     local tw=$(date +%s)
-    PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$ckpt" --trust-remote-code \
-      --s1 $R/prewarm.jsonl --no-warmup --settle 0 -o "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
+    untimed "$ckpt" --s1 $R/prewarm.jsonl "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
     echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"
     # Then, when a tier sends many requests at once, each set's first 8 rows at once (cut, 8 tokens out). In §13 the
     # client that ran S8 first on a fresh server took 0.3-0.5 s (2.6-3.9 %) longer than the other, which the one-row
@@ -176,8 +182,7 @@ serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, f
     if [[ " $TIERS " == *" S8 "* || " $TIERS " == *" Smax "* ]]; then
       tw=$(date +%s)
       for set in $SETS; do
-        PYTHONPATH=$ROOT:$SITE $SP bench --api-base http://127.0.0.1:$PORT --model-dir "$ckpt" --trust-remote-code \
-          --s8 $R/prewarm-$set.jsonl --no-warmup --settle 0 -o "$R/prewarm8-$run-$set.json" >> "$R/prewarm-$run.log" 2>&1
+        untimed "$ckpt" --s8 $R/prewarm-$set.jsonl "$R/prewarm8-$run-$set.json" >> "$R/prewarm-$run.log" 2>&1
       done
       echo $(( $(date +%s) - tw )) > "$R/prewarm8-s-$run"
       log "$run: pre-warm at S8 on each set in $(cat $R/prewarm8-s-$run) s"
@@ -231,7 +236,7 @@ run() {
   fi
   local marlin_pid=$!
   log "models"; build_models > $R/build.log 2>&1 || { log "build failed"; echo failed > $R/state; return 1; }
-  if [[ " $PLAN " == *" fast-fp8"* ]]; then  # its recipe: every linear GPTQ-Marlin, so FP8 prefill covers them all
+  if plan_has fast-fp8; then  # its recipe: every linear GPTQ-Marlin, so FP8 prefill covers them all
     build_copy w4a8 w4-mlp-w8-attn >> $R/build.log 2>&1 || { log "w4a8 build failed"; echo failed > $R/state; return 1; }
   fi
   log "speed sets"; make_sets > $R/sets.log 2>&1 || { log "speed sets failed"; echo failed > $R/state; return 1; }
