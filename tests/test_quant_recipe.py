@@ -84,17 +84,6 @@ def test_w4_mlp_w8_attn_is_w4_mlp_with_every_attention_linear_at_w8():
     assert plan["model.layers.0.self_attn.o_gate"].bits == plan["model.layers.1.self_attn.z_proj"].bits == 8
 
 
-@pytest.mark.needs_torch  # the tiny model is written with torch
-def test_on_the_four_layer_tiny_model_w4_balanced_is_w4_mlp_w8_attn(tmp_path):
-    """tests/test_serve_forkcheck.py loads w4-balanced through both patched fork commits on a 4-layer tiny model,
-    where its two rules reach every layer's attention: that load is w4-mlp-w8-attn's too (fast-fp8's recipe)."""
-    from soarpack.sala.config import load_config
-    from soarpack.sala.tiny import make_tiny_model
-
-    cfg = load_config(make_tiny_model(tmp_path / "tiny", num_layers=4))
-    assert load_recipe("w4-balanced").plan(cfg) == load_recipe("w4-mlp-w8-attn").plan(cfg)
-
-
 def test_w4_balanced_names_sparse_and_last_eight_lightning_attention():
     cfg = real_config()
     plan = load_recipe("w4-balanced").plan(cfg)

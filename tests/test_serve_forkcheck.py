@@ -21,7 +21,7 @@ from soarpack.errors import CheckpointError, ConfigError
 from soarpack.serve import forkcheck as F
 from soarpack.serve.patches import apply_patches
 
-RECIPES = ("w4-mlp", "w4-full", "w4-balanced")
+RECIPES = ("w4-mlp", "w4-full", "w4-balanced", "w4-mlp-w8-attn")
 FAST = dict(rows=16, max_len=128, seed=0, device="cpu", quality=False)
 IN_CI = os.environ.get("CI") == "true"
 
@@ -103,11 +103,14 @@ def test_each_recipe_loads_through_the_fork(quantized, patched_trees, image_pyth
     if recipe == "w4-mlp":
         assert ("qkv_proj", "UnquantizedLinearMethod", None) in methods
         assert not any(m == "GPTQMarlinLinearMethod" for name, m, _ in methods if name in ("qkv_proj", "o_proj"))
-    if recipe == "w4-balanced":  # layer 0 (sparse) at W8; on 4 layers, w4-mlp-w8-attn's plan (test_quant_recipe)
+    if recipe == "w4-balanced":  # sparse layers' attention at W8 (layer 0 is sparse)
         layer0 = {r.module: r for r in result.rows if r.module.startswith("model.layers.0.self_attn.")}
         assert {(r.method, r.bits) for r in layer0.values()} == {("GPTQMarlinLinearMethod", 8)}
     if recipe == "w4-full":
         assert {(r.method, r.bits) for r in result.rows} == {("GPTQMarlinLinearMethod", 4)}
+    if recipe == "w4-mlp-w8-attn":  # fast-fp8's: every linear GPTQ-Marlin, attention at W8, the MLP at W4
+        kinds = {(".self_attn." in r.module, r.method, r.bits) for r in result.rows}
+        assert kinds == {(True, "GPTQMarlinLinearMethod", 8), (False, "GPTQMarlinLinearMethod", 4)}, kinds
 
 
 @pytest.mark.slow
