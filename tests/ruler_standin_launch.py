@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     why = refusal(a)
     record = {"pid": os.getpid(), "argv": argv, "model_path": a.model_path, "fork_src": a.fork_src,
               "marlin_so": a.marlin_so, "bf16": a.bf16, "extra": a.extra, "refused": why,
+              "gla_decode": os.environ.get("SOARPACK_GLA_DECODE"),  # patch 06's switch, as the server would read it
               "server_argv": launch.server_argv(a.model_path, a.port, launch.read_profile_args(a.profile), a.bf16,
                                                 a.extra)}
     with open(os.environ["RULER_STANDIN_RECORD"], "a", encoding="utf-8") as fh:

@@ -45,15 +45,17 @@ LAYERS = 2
 ROWS = 3
 PREWARM_CHARS = 1000  # below the longest of the rows: the pre-warm's cut is exercised
 SET = "1of16"
-# bf16 on the unpatched fork, W4 with w4-dispatch, the w4-mlp-w8-attn copy with w4-dispatch + fp8-prefill; `again`
-# then serves bf16-gla (bf16 with gla-decode-in-place alone).
-PLAN = ("bf16-first", "fast", "fast-fp8", "bf16-last")
+# bf16 on the unpatched fork; W4 on the w4-dispatch + gla-decode-in-place tree, first with patch 06 switched off
+# (SOARPACK_GLA_DECODE=fork), then on; the w4-mlp-w8-attn copy with w4-dispatch + fp8-prefill; `again` then serves
+# bf16-gla (bf16 with gla-decode-in-place alone). `fast` (w4-dispatch alone) is the budget test's `again`.
+PLAN = ("bf16-first", "fast-gla-off-first", "fast-gla", "fast-fp8", "bf16-last")
 AGAIN = "bf16-gla"
 TIERS = ("S1", "S8")
 # What each run serves: checkpoint under $M, fork tree under $GS_WORK (None: the unpatched $FORK), the patches that
 # tree has applied, and whether it is served as bf16 (else with the Marlin extension).
+GLA = {"w4-dispatch", "gla-decode-in-place"}
 SERVED = {"bf16-first": ("bf16", None, set(), True), "bf16-last": ("bf16", None, set(), True),
-          "fast": ("w4", "fork-d", {"w4-dispatch"}, False),
+          "fast-gla-off-first": ("w4", "fork-gla", GLA, False), "fast-gla": ("w4", "fork-gla", GLA, False),
           "fast-fp8": ("w4a8", "fork-f8", {"w4-dispatch", "fp8-prefill"}, False),
           "bf16-gla": ("bf16", "fork-g", {"gla-decode-in-place"}, True)}
 
@@ -237,6 +239,8 @@ def test_each_server_gets_its_checkpoint_fork_tree_and_flags(lease):
         assert {p.name for p in report.patches if p.status == "applied"} == patches, (run, report.to_dict())
         assert rec["bf16"] is bf16 and rec["marlin_so"] == (None if bf16 else marlin), (run, rec)
         assert rec["extra"] == ["--cuda-graph-max-bs", "16"], run
+        # Patch 06's switch: set to the fork's decode for fast-gla-off only, never left over for the next server.
+        assert rec["gla_decode"] == ("fork" if run.startswith("fast-gla-off") else None), (run, rec)
         assert rec["argv"][rec["argv"].index("--port") + 1] == lease.env["PORT"]
         if bf16:
             assert "--quantization" not in rec["server_argv"], run
@@ -279,10 +283,11 @@ def test_no_server_is_left_running(lease):
 
 def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_serves_it(tokenizer_dir,
                                                                                         sglang_fork_trees, tmp_path):
-    """BUDGET_S=1: fast is skipped, bf16-first and bf16-last run; then `again fast` (the next call's way to serve
-    what the budget left out) serves it with the run's Marlin extension; then an `again` killed mid-way."""
+    """BUDGET_S=1: fast is skipped, bf16-first and bf16-last run (on fork-gla's tree, patch 06 switched off:
+    BF16_TREE); then `again fast` (the next call's way to serve what the budget left out) serves it with the run's
+    Marlin extension; then an `again` killed mid-way."""
     lease = Lease(tmp_path, tokenizer_dir, sglang_fork_trees["d29fb130c"], PLAN="bf16-first fast bf16-last",
-                  TIERS="S1", BUDGET_S="1", GLA="last")
+                  TIERS="S1", BUDGET_S="1", GLA="last", BF16_TREE="fork-gla")
     try:
         rc, out = lease.script("run")
         assert rc == 0 and lease.state() == "done", out[-4000:]
@@ -294,6 +299,8 @@ def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_se
             assert any(re.fullmatch(rf"server {run} done in \d+ s, rc=0", line) for line in lines), (run, lines)
         assert not any(line.startswith("server fast") for line in lines), lines
         assert [rec["model_path"] for rec in lease.launched()] == [str(lease.m / "bf16")] * 2
+        assert [(rec["fork_src"], rec["gla_decode"]) for rec in lease.launched()] == [
+            (str(lease.work / "fork-gla" / "python"), "fork")] * 2
         assert not any("pre-warm at S8" in line for line in lines), lines  # TIERS has neither S8 nor Smax
         assert set(json.loads((lease.r / f"bench-bf16-last-{SET}.json").read_text())["tiers"]) == {"s1"}
         assert not list(lease.r.glob("bench-fast-*"))
@@ -304,7 +311,7 @@ def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_se
         fast = lease.launched()[-1]
         assert fast["model_path"] == str(lease.m / "w4") and not fast["refused"], fast
         assert fast["marlin_so"] == str(lease.work / "mb" / "rehearsal.so") and fast["fork_src"] == str(
-            lease.work / "fork-d" / "python"), fast
+            lease.work / "fork-d" / "python") and fast["gla_decode"] is None, fast
         assert re.search(r"server fast done in \d+ s, rc=0", lease.log()), lease.log()
         assert set(json.loads((lease.r / f"bench-fast-{SET}.json").read_text())["tiers"]) == {"s1"}
         assert lease.live_servers() == []

@@ -20,11 +20,12 @@ LAUNCH=${LAUNCH:-$ROOT/$GS/launch.py}
 # The server (launch.py) in its own process group (setsid), so the scheduler and detokenizer it spawns are stopped
 # with it; SERVER_PGID lets the caller stop it too when a call is cut short. A server still answering on the port (one
 # an earlier call left) would be measured instead of this one: refused.
+SERVER_ENV_ADD=()  # NAME=VALUE pairs the next server_up gives the server (a patch's switch), none by default
 server_up() {  # $1 log, $2 checkpoint, $3 fork tree, $4 extra server flags (split at spaces), then launch.py's flags
   local log=$1 ckpt=$2 fork=$3 extra=$4; shift 4
   ! port_busy || { echo "something already listens on port $PORT: stop it first"; return 2; }
-  setsid python3 "$LAUNCH" --model-path "$ckpt" --port $PORT --fork-src "$fork" --site $SITE "$@" \
-    -- $extra > "$log" 2>&1 &
+  env ${SERVER_ENV_ADD[@]+"${SERVER_ENV_ADD[@]}"} setsid python3 "$LAUNCH" --model-path "$ckpt" --port $PORT \
+    --fork-src "$fork" --site $SITE "$@" -- $extra > "$log" 2>&1 &
   SERVER_PGID=$!
 }
 server_down() {

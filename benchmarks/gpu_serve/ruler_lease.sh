@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_serve/ruler_lease.sh start [S]   launch the run (BUDGET_S bounds it), wait up to S seconds, collect
 #   bash benchmarks/gpu_serve/ruler_lease.sh wait S      wait until it is done or S seconds passed, collect
 #   bash benchmarks/gpu_serve/ruler_lease.sh collect     copy what it has into $OUT (at most 8 files)
+#   bash benchmarks/gpu_serve/ruler_lease.sh estimate    here, before a lease: what PLAN costs and what the gate would skip
 #   bash benchmarks/gpu_serve/ruler_lease.sh again RUN [S]  once the run is done (waits up to S s for it): one more
 #                                                        server RUN with its sets and tiers, then collect
 #
@@ -25,10 +26,11 @@
 #      PREWARM_CHARS characters (prewarm-SET.jsonl), 8 tokens out;
 #   4. GLA=first: issue 38's GPU check of patch 06 (benchmarks/gpu_gla_decode.py) while Marlin still builds;
 #   5. servers, one after another, each fresh, in PLAN's order: bf16-first, then any of fast (w4-mlp + patch
-#      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), bf16-gla (bf16 on the fork with patch 06 alone),
+#      w4-dispatch), fast-gla (fast + patch gla-decode-in-place), fast-gla-off (fast-gla's tree with patch 06 switched
+#      off: SOARPACK_GLA_DECODE=fork), bf16-gla (bf16 on the fork with patch 06 alone),
 #      fast-fp8 (w4-mlp-w8-attn + patches w4-dispatch and fp8-prefill), fp8 (the bf16 checkpoint, the fork's
-#      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S, and
-#      bf16-last always; Marlin is built only when a run serves W4. A run named NAME-first or NAME-last is profile
+#      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S (by
+#      run_cost's estimates; `estimate` prints them for a PLAN before the lease), and bf16-last always; Marlin is built only when a run serves W4. A run named NAME-first or NAME-last is profile
 #      NAME again (a baseline run before and after what it is compared with). On each server: the pre-warm (untimed:
 #      the longest prompt alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
@@ -53,6 +55,10 @@ SERVE_EXTRA=${SERVE_EXTRA:---cuda-graph-max-bs 16}
 STANDIN=$R/standin  # `datasets` for bench_serving's module-level import (the custom loader never calls it)
 MARLIN_ABS=""  # the device-built Marlin extension, once its background build is done
 FIRST_CLIENT=${FIRST_CLIENT:-ours}  # which client runs first on each server's first set: ours (soarpack bench) or organisers
+# The tree the bf16 runs are served on: fork (the unpatched fork, the default) or fork-gla (patches 04 + 06 with 06
+# switched off: for bf16 that runs the fork's own code, and a lease whose other runs are on fork-gla then pays one
+# tree's first compilation, not two: about 115 s).
+BF16_TREE=${BF16_TREE:-fork}
 ORGS_SCRIPT=${ORGS_SCRIPT:-$ROOT/.whl/organisers-bench_serving.sh}  # the organisers' bench_serving.sh, byte for byte
 
 elapsed() { echo $(( $(date +%s) - $(cat $R/t0) )); }
@@ -150,23 +156,86 @@ untimed() {  # $1 checkpoint, $2 --s1|--s8, $3 pre-warm file, $4 result JSON: so
 
 profile_of() { local p=${1%-first}; echo ${p%-last}; }  # fast-first, fast-last: profile fast again
 serves_w4() { case $(profile_of $1) in bf16|bf16-gla|fp8) return 1 ;; esac; }  # a GPTQ checkpoint: Marlin
-on_patched_tree() { case $(profile_of $1) in bf16|fp8|safe) return 1 ;; esac; }  # it pays the first compilation again
+# The fork tree a run is served on (lib.sh makes each once per machine). A tree's first server pays the one-off
+# compilation on its first long prompt (100-135 s); later servers on the same tree do not (15-21 s): fast-gla-off is
+# fast-gla's tree with patch 06 switched off (SOARPACK_GLA_DECODE=fork, the fork's own decode lines), so a with/without
+# comparison pays that once and differs by the switch alone.
+tree_of() {
+  case $(profile_of $1) in
+    bf16) echo $BF16_TREE ;; fp8|safe) echo fork ;; fast) echo fork-d ;; fast-gla|fast-gla-off) echo fork-gla ;; bf16-gla) echo fork-g ;;
+    fast-fp8) echo fork-f8 ;; *) echo none ;;
+  esac
+}
+tree_path() {  # $1 a tree_of name: prints its python/ folder, patching it first if this machine has not yet
+  case $1 in
+    fork) echo $FORK ;; fork-d) patched_fork ;; fork-gla) fork_gla ;; fork-g) fork_g ;; fork-f8) fork_f8 ;; *) return 1 ;;
+  esac
+}
+
+# What a run costs, in seconds, from the lease of 2026-12-04 (benchmarks/RESULTS.md §14; §11-§12 agree): the server's
+# start 65 (the machine's first: +160, FlashInfer's JIT), the one-row pre-warm 15 (a tree's first: +115), the S8
+# pre-warm 20 a set, then for each set and tier both clients: twice bf16's duration there plus 33 (the organisers'
+# script about 21 s a tier: its import, tokenizer and warm-up; soarpack bench about 12), and 5 to stop. bf16's
+# durations stand in for every profile's (an upper bound for the faster ones); long-32k's are guessed (never served)
+# from its 10 rows' 0.80 M prompt tokens at long-128k's S8 rate, 16 K tokens/s (278 K in 17 s), plus S1's decode.
+# Setup: install and models 75, speed sets 30, the w4a8 copy 40.
+tier_s() {  # $1 set, $2 tier: bf16's duration, s
+  case $1:$2 in
+    1of16:S1) echo 20 ;; 1of16:*) echo 13 ;; long-128k:S1) echo 25 ;; long-128k:*) echo 17 ;;
+    long-32k:S1) echo 70 ;; *) echo 55 ;;
+  esac
+}
+run_cost() {  # $1 run, $2 1 if it is the machine's first server, $3 1 if it is its tree's first
+  local s=$(( 65 + 15 + 5 + ($2 == 1 ? 160 : 0) + ($3 == 1 ? 115 : 0) )) set tier
+  if [[ " $TIERS " == *" S8 "* || " $TIERS " == *" Smax "* ]]; then s=$(( s + 20 * $(echo $SETS | wc -w) )); fi
+  for set in $SETS; do for tier in $TIERS; do s=$(( s + 2 * $(tier_s $set $tier) + 33 )); done; done
+  echo $s
+}
+setup_cost() { echo $(( 75 + 30 + $(plan_has fast-fp8 && echo 40 || echo 0) )); }
+# The gate's question for a middle run (it and the last bf16 must fit in what is left); $1 run, $2 the trees served
+# so far (names, space-separated): prints the seconds both need.
+gate_need() {
+  local first=0; [[ " $2 " == *" $(tree_of $1) "* ]] || first=1
+  echo $(( $(run_cost $1 0 $first) + $(run_cost bf16-last 0 0) ))
+}
+# PLAN's cost as the gate will see it, before any device time is spent: each run's estimate, the total, and the runs
+# the gate would skip under BUDGET_S (the device's start, 30-180 s, and the calls' transfers come on top).
+estimate() {
+  local t=$(setup_cost) trees="" run c first_tree need skipped=""
+  echo "setup: $t s (install, models$(plan_has fast-fp8 && echo ', w4a8'), speed sets)"
+  for run in $PLAN; do
+    case $run in bf16-last) continue ;; esac
+    if [ $run != bf16-first ]; then
+      need=$(gate_need $run "$trees")
+      if [ $(( t + need )) -gt "$BUDGET_S" ]; then skipped+=" $run"; echo "$run: skipped at $t s (it and the last bf16: $need s)"; continue; fi
+    fi
+    first_tree=0; [[ " $trees " == *" $(tree_of $run) "* ]] || first_tree=1
+    c=$(run_cost $run $([ $run = bf16-first ] && echo 1 || echo 0) $first_tree); t=$(( t + c )); trees+=" $(tree_of $run)"
+    echo "$run: $c s on $(tree_of $run)$([ $first_tree = 1 ] && echo ' (its first server)'), done at $t s"
+  done
+  c=$(run_cost bf16-last 0 0); t=$(( t + c )); echo "bf16-last: $c s, done at $t s"
+  echo "total: about $t s of BUDGET_S=$BUDGET_S for PLAN=\"$PLAN\" SETS=\"$SETS\" TIERS=\"$TIERS\"${skipped:+; skipped:$skipped}"
+  [[ " $SETS " != *" long-32k "* ]] || echo "long-32k's durations are guessed (never served)"
+}
 needs_marlin() { local run; for run in $PLAN; do serves_w4 $run && return 0; done; return 1; }
 plan_has() { local run; for run in $PLAN; do [ "$(profile_of $run)" = "$1" ] && return 0; done; return 1; }
 
-serve_profile() {  # $1 run name: bf16-first, bf16-last, bf16-gla, safe, fast, fast-gla, fp8, fast-fp8 (any with -first/-last)
-  local run=$1 ckpt=$M/w4 fork=$FORK flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
-  case $(profile_of $run) in
-    bf16) ckpt=$M/bf16; flags=(--bf16) ;;
+serve_profile() {  # $1 run name: bf16, bf16-gla, safe, fast, fast-gla, fast-gla-off, fp8, fast-fp8 (any with -first/-last)
+  local run=$1 ckpt=$M/w4 fork flags=(--marlin-so "$MARLIN_ABS") extra=$SERVE_EXTRA t=$(date +%s)
+  SERVER_ENV_ADD=()
+  case $(profile_of $run) in  # the tree: tree_of
+    bf16) ckpt=$M/bf16; flags=(--bf16)  # BF16_TREE=fork-gla: patch 04 never touches bf16, and 06 is switched off
+      [ $BF16_TREE != fork-gla ] || SERVER_ENV_ADD=(SOARPACK_GLA_DECODE=fork) ;;
     fp8) ckpt=$M/bf16; flags=(--bf16); extra="$SERVE_EXTRA --quantization fp8" ;;  # the fork's own W8A8, online
-    fast) fork=$(patched_fork) || return 1 ;;
-    fast-gla) fork=$(fork_gla) || return 1 ;;  # patches 04 + 06
-    bf16-gla) ckpt=$M/bf16; flags=(--bf16); fork=$(fork_g) || return 1 ;;  # patch 06 alone
-    fast-fp8) ckpt=$M/w4a8; fork=$(fork_f8) || return 1 ;;  # w4-mlp-w8-attn; patches 04 + 05 at their thresholds
-    safe) ;;
+    fast|fast-gla|safe) ;;  # w4-mlp: patch 04; patches 04 + 06; no patch
+    fast-gla-off) SERVER_ENV_ADD=(SOARPACK_GLA_DECODE=fork) ;;  # patches 04 + 06, 06 switched to the fork's decode
+    bf16-gla) ckpt=$M/bf16; flags=(--bf16) ;;  # patch 06 alone
+    fast-fp8) ckpt=$M/w4a8 ;;  # w4-mlp-w8-attn; patches 04 + 05 at their thresholds
     *) log "no such profile run: $run"; return 2 ;;
   esac
-  log "server $run: $ckpt on $fork ($extra)"
+  fork=$(tree_path $(tree_of $run)) || return 1
+  log "server $run: $ckpt on $fork ($extra)${SERVER_ENV_ADD[*]:+ with ${SERVER_ENV_ADD[*]}}"
+  echo $(tree_of $run) >> $R/trees-served
   server_up "$R/server-$run.log" "$ckpt" "$fork" "$extra" "${flags[@]}" || return 1
   local rc=0
   server_wait > "$R/health-$run.json" || rc=$?
@@ -224,8 +293,10 @@ run() {
   # A run that dies (a bash error, a kill) must not leave `wait` polling a "running" state until its timeout.
   trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "run died"; }; server_down' EXIT
   case $FIRST_CLIENT in ours|organisers) ;; *) log "FIRST_CLIENT=$FIRST_CLIENT: ours or organisers"; echo failed > $R/state; return 1 ;; esac
-  declare -p SETS TIERS SERVE_EXTRA FIRST_CLIENT > $R/settings  # what `again` runs with
-  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG ROWS_LONG32=$ROWS_LONG32 BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT"
+  case $BF16_TREE in fork|fork-gla) ;; *) log "BF16_TREE=$BF16_TREE: fork or fork-gla"; echo failed > $R/state; return 1 ;; esac
+  declare -p SETS TIERS SERVE_EXTRA FIRST_CLIENT BF16_TREE > $R/settings  # what `again` runs with
+  log "run: LAYERS=$LAYERS ROWS_SHORT=$ROWS_SHORT ROWS_LONG=$ROWS_LONG ROWS_LONG32=$ROWS_LONG32 BUDGET_S=$BUDGET_S PLAN=$PLAN SETS=$SETS TIERS=$TIERS GLA=$GLA FIRST_CLIENT=$FIRST_CLIENT BF16_TREE=$BF16_TREE"
+  estimate | sed 's/^/estimate: /' >> $R/run.log  # set against the "done in" lines after, it checks run_cost
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
   if [ -n "${REHEARSAL:-}" ]; then  # a CPU rehearsal: models, site and Marlin are the rehearsal's own
     (mkdir -p $GS_WORK/mb && touch $GS_WORK/mb/rehearsal.so && echo "rehearsal: no build") > $R/marlin.log 2>&1 &
@@ -246,20 +317,13 @@ run() {
   wait $marlin_pid; local mrc=$?
   MARLIN_ABS=$(marlin_so)
   log "marlin build rc=$mrc: ${MARLIN_ABS:-none} ($(tail -1 $R/marlin.log))"
-  # The middle runs, in PLAN's order, each only if it and the last bf16 still fit in BUDGET_S; the last bf16 always
-  # runs. Their cost is guessed from the first bf16's: less its cold start (FlashInfer's JIT: the health wait beyond
-  # 65 s), and for a run on the unpatched tree (fp8, safe; the last bf16) less its first long prompt's compilation
-  # (the pre-warm beyond 15 s), which a patched tree pays again.
-  local first=$(cat $R/took-bf16-first) healthy prewarm base warm run est need
-  healthy=$(python3 -c "import json; print(int(json.load(open('$R/health-bf16-first.json'))['healthy_after_s']))" 2>/dev/null || echo 65)
-  prewarm=$(cat $R/prewarm-s-bf16-first 2>/dev/null || echo 15)
-  base=$(( first - (healthy > 65 ? healthy - 65 : 0) )); warm=$(( base - (prewarm > 15 ? prewarm - 15 : 0) ))
-  log "cost guesses: a patched tree's run $base s, the unpatched tree's $warm s"
+  # The middle runs, in PLAN's order, each only if it and the last bf16 still fit in BUDGET_S (run_cost's estimates,
+  # a tree's first server dearer); the last bf16 always runs.
+  local run need
   for run in $PLAN; do
     case $run in bf16-first|bf16-last) continue ;; esac
     if serves_w4 $run && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
-    if on_patched_tree $run; then est=$base; else est=$warm; fi
-    need=$(( est + warm + 30 ))
+    need=$(gate_need $run "$(cat $R/trees-served 2>/dev/null | tr '\n' ' ')")
     if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
       log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue
     fi
@@ -280,11 +344,16 @@ collect() {
   ls -la "$OUT_FINAL"; cat $R/state 2>/dev/null; tail -5 $R/run.log 2>/dev/null
 }
 
-wait_done() {  # $1 seconds at most: until the run is no longer running
-  local until=$(( $(date +%s) + $1 ))
-  while [ "$(cat $R/state 2>/dev/null)" = running ] && [ "$(date +%s)" -lt $until ]; do sleep 5; done
+wait_done() {  # $1 seconds at most: until the run is no longer running; with $2 = collect, collect after each server
+  local until=$(( $(date +%s) + $1 )) servers=-1 n
+  while [ "$(cat $R/state 2>/dev/null)" = running ] && [ "$(date +%s)" -lt $until ]; do
+    # A call cut short by the session's device budget brings back only what $OUT holds then: every finished server.
+    n=$(grep -c "^\[[0-9:]*\] server .* done in " $R/run.log 2>/dev/null)
+    if [ "${2:-}" = collect ] && [ "${n:-0}" != "$servers" ]; then collect > /dev/null; servers=${n:-0}; fi
+    sleep 5
+  done
 }
-wait_for() { wait_done "$1"; collect; }
+wait_for() { wait_done "$1" collect; collect; }
 
 case ${1:-} in
   start)
@@ -293,6 +362,7 @@ case ${1:-} in
     sleep 2; wait_for "${2:-540}" ;;
   wait) wait_for "${2:-540}" ;;
   collect) collect ;;
+  estimate) estimate ;;  # no device needed: run it here before a lease
   run) run ;;
   again)  # one more run on the machine a finished run left (its models, sets, trees and settings), then collect
     : "${2:?a run name}"; wait_done "${3:-120}"
@@ -302,5 +372,5 @@ case ${1:-} in
     trap '[ "$(cat $R/state)" != running ] || { echo died > $R/state; log "again died"; }; server_down' EXIT
     echo running > $R/state; log "again: $2"; serve_profile "$2"; rc=$?; echo done > $R/state
     collect; exit $rc ;;  # the server's rc: a failed again is not a silent 0
-  *) echo "usage: $0 start [S] | wait S | collect | again RUN [S]" >&2; exit 2 ;;
+  *) echo "usage: $0 start [S] | wait S | collect | estimate | again RUN [S]" >&2; exit 2 ;;
 esac
