@@ -215,6 +215,29 @@ def test_the_wheel_list_pins_one_version_of_each_and_the_fork_stack():
     assert not set(names) & set(fetch_wheels.NOT_CARRIED)
 
 
+def test_the_marlin_sources_are_the_forks_two_folders_at_the_commit_and_a_missing_clone_says_how(tmp_path):
+    repo = tmp_path / "sglang"
+    for rel in ("sgl-kernel/csrc/gemm/marlin/gptq_marlin.cu", "sgl-kernel/include/utils.h",
+                "sgl-kernel/csrc/gemm/other.cu", "python/sglang/__init__.py"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(rel)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "fork"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (repo / "sgl-kernel/include/later.h").write_text("not in the commit")
+    out = tmp_path / fetch_wheels.MARLIN_ARCHIVE
+    assert fetch_wheels.marlin_sources(repo, out, commit=commit) is None
+    with tarfile.open(out) as tar:
+        files = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert files == ["sgl-kernel/csrc/gemm/marlin/gptq_marlin.cu", "sgl-kernel/include/utils.h"]
+    why = fetch_wheels.marlin_sources(tmp_path / "nowhere", tmp_path / "none.tar.gz")
+    assert "fetch github:tc-mb/sglang" in why and not (tmp_path / "none.tar.gz").exists()
+    why = fetch_wheels.marlin_sources(repo, tmp_path / "bad.tar.gz", commit="0" * 40)
+    assert "git archive" in why and not list(tmp_path.glob("bad.*"))
+
+
 def test_the_kernel_trim_keeps_the_python_files_and_sm90_common_ops_only(tmp_path):
     wheel = tmp_path / "sglang_kernel-0.4.5-cp310-abi3-manylinux2014_x86_64.whl"
     members = ["sgl_kernel/__init__.py", "sgl_kernel/infllm_v2/attention.py", "sgl_kernel/sm90/common_ops.abi3.so",

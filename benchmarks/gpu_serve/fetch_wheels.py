@@ -8,6 +8,10 @@
 - sglang-kernel 0.4.5 (383 MB) is downloaded into --cache and trimmed to its Python files plus
   `sgl_kernel/sm90/common_ops.abi3.so` (the study's §8 trim): `DEST/sglang-kernel-0.4.5-sm90.tar.gz`.
 - The fork's python/ tree (d29fb130c) is copied from ../shared/data beside the checkout (../shared does not travel).
+- The organisers' bench_serving.sh (../shared/data/soar-toolkit, byte for byte) as `organisers-bench_serving.sh`, and
+  the fork's Marlin sources as `marlin-src-d29fb130c.tar.gz` (`git archive d29fb130c sgl-kernel/csrc/gemm/marlin
+  sgl-kernel/include`) from a clone of tc-mb/sglang: --fork-git, by default the one `fetch github:tc-mb/sglang` leaves
+  at ../.mirror/tc-mb+sglang/repo. ruler_lease.sh needs both; neither is ever committed.
 - Prints each file's size and the total against the 64 MiB a call may carry (the tracked tree counts too).
 """
 
@@ -28,6 +32,10 @@ CALL_LIMIT = 64 * 2**20
 KERNEL = ("sglang-kernel", "0.4.5")
 KERNEL_KEEP_SO = "sgl_kernel/sm90/common_ops.abi3.so"
 FORK_ARCHIVE = "d29fb130c-python.tar.gz"
+FORK_COMMIT = "d29fb130c"
+MARLIN_ARCHIVE = f"marlin-src-{FORK_COMMIT}.tar.gz"
+MARLIN_PATHS = ("sgl-kernel/csrc/gemm/marlin", "sgl-kernel/include")
+ORGANISERS = ("soar-toolkit/bench_serving.sh", "organisers-bench_serving.sh")  # under shared/data, then its name here
 PIP_FLAGS = ["--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
              "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
              "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
@@ -146,11 +154,31 @@ def trim_kernel(wheel, out):
     return out
 
 
-def fork_archive():
+def shared_data(rel):
+    """A file under shared/data beside the checkout (or above it), or None."""
     for base in (REPO, *REPO.parents):
-        cand = base / "shared" / "data" / "sglang-fork" / FORK_ARCHIVE
+        cand = base / "shared" / "data" / rel
         if cand.is_file():
             return cand
+    return None
+
+
+def fork_archive():
+    return shared_data(f"sglang-fork/{FORK_ARCHIVE}")
+
+
+def marlin_sources(fork_git, out, commit=FORK_COMMIT):
+    """`git archive` of the fork's Marlin sources at commit, written atomically; an error text, or None."""
+    if not (Path(fork_git) / "HEAD").exists() and not (Path(fork_git) / ".git").exists():
+        return (f"no git clone of tc-mb/sglang at {fork_git}: `fetch github:tc-mb/sglang` gives one, or pass "
+                f"--fork-git (without it ruler_lease.sh cannot build Marlin)")
+    tmp = out.with_suffix(".part")
+    proc = subprocess.run(["git", "-C", str(fork_git), "archive", "--format=tar.gz", "-o", str(tmp), commit,
+                           *MARLIN_PATHS], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return f"git archive {commit} in {fork_git} failed: {proc.stderr.strip()}"
+    tmp.replace(out)
     return None
 
 
@@ -164,6 +192,8 @@ def main(argv=None):
     ap.add_argument("--dest", default=str(REPO / ".whl"))
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "soarpack" / "gpu-serve"))
     ap.add_argument("--list", action="store_true", help="print the wheel list and stop")
+    ap.add_argument("--fork-git", default=str(REPO.parent / ".mirror" / "tc-mb+sglang" / "repo"),
+                    help="a git clone of tc-mb/sglang holding %s (for the Marlin sources)" % FORK_COMMIT)
     a = ap.parse_args(argv)
     if a.list:
         for req, why in SERVER_WHEELS:
@@ -185,6 +215,14 @@ def main(argv=None):
         print(f"error: ../shared/data/sglang-fork/{FORK_ARCHIVE} not found beside the checkout", file=sys.stderr)
         return 2
     shutil.copy(fork, dest / FORK_ARCHIVE)
+    organisers = shared_data(ORGANISERS[0])
+    if organisers is None:
+        print(f"error: ../shared/data/{ORGANISERS[0]} not found beside the checkout", file=sys.stderr)
+        return 2
+    shutil.copy(organisers, dest / ORGANISERS[1])
+    why = marlin_sources(a.fork_git, dest / MARLIN_ARCHIVE)
+    if why:
+        print(f"warning: {why}", file=sys.stderr)
     names = {p.name.split("-")[0].lower().replace("_", "-") for p in dest.glob("*.whl")}
     dup = [n for n in names if len(list(dest.glob(n.replace("-", "_") + "-*.whl"))) > 1]
     files = sorted(p for p in dest.iterdir() if p.is_file())
