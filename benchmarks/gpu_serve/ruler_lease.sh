@@ -30,8 +30,9 @@
 #      off: SOARPACK_GLA_DECODE=fork), bf16-gla (bf16 on the fork with patch 06 alone),
 #      fast-fp8 (w4-mlp-w8-attn + patches w4-dispatch and fp8-prefill), fp8 (the bf16 checkpoint, the fork's
 #      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S (by
-#      run_cost's estimates; `estimate` prints them for a PLAN before the lease), and bf16-last always; Marlin is built only when a run serves W4. A run named NAME-first or NAME-last is profile
-#      NAME again (a baseline run before and after what it is compared with). On each server: the pre-warm (untimed:
+#      run_cost's estimates, scaled by what the first bf16 server took against its own; `estimate` prints them for a
+#      PLAN before the lease), and bf16-last always; Marlin is built only when a run serves W4. A run named
+#      NAME-first or NAME-last is profile NAME again (a baseline run before and after what it is compared with). On each server: the pre-warm (untimed:
 #      the longest prompt alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
@@ -194,9 +195,11 @@ run_cost() {  # $1 run, $2 1 if it is the machine's first server, $3 1 if it is 
 setup_cost() { echo $(( 75 + 30 + $(plan_has fast-fp8 && echo 40 || echo 0) )); }
 # The gate's question for a middle run (it and the last bf16 must fit in what is left); $1 run, $2 the trees served
 # so far (names, space-separated): prints the seconds both need.
+# COST_PCT scales both: 100 before a lease; in the run, what the first bf16 server took against its estimate.
+COST_PCT=100
 gate_need() {
   local first=0; [[ " $2 " == *" $(tree_of $1) "* ]] || first=1
-  echo $(( $(run_cost $1 0 $first) + $(run_cost bf16-last 0 0) ))
+  echo $(( ($(run_cost $1 0 $first) + $(run_cost bf16-last 0 0)) * COST_PCT / 100 ))
 }
 # PLAN's cost as the gate will see it, before any device time is spent: each run's estimate, the total, and the runs
 # the gate would skip under BUDGET_S (the device's start, 30-180 s, and the calls' transfers come on top).
@@ -318,8 +321,12 @@ run() {
   MARLIN_ABS=$(marlin_so)
   log "marlin build rc=$mrc: ${MARLIN_ABS:-none} ($(tail -1 $R/marlin.log))"
   # The middle runs, in PLAN's order, each only if it and the last bf16 still fit in BUDGET_S (run_cost's estimates,
-  # a tree's first server dearer); the last bf16 always runs.
-  local run need
+  # a tree's first server dearer, scaled by the first bf16's measured cost: a set whose durations are guessed, or a
+  # slower machine, corrects itself); the last bf16 always runs.
+  local run need est_first=$(run_cost bf16-first 1 1) took_first
+  took_first=$(cat $R/took-bf16-first 2>/dev/null || echo $est_first)
+  COST_PCT=$(( 100 * took_first / est_first ))
+  log "cost: bf16-first took $took_first s against the estimate's $est_first: later runs priced at $COST_PCT %"
   for run in $PLAN; do
     case $run in bf16-first|bf16-last) continue ;; esac
     if serves_w4 $run && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
