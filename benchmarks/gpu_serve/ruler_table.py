@@ -4,12 +4,14 @@
 
 RESULTS_DIR is the run's folder (ruler-results.tgz unpacked): `bench-RUN-SET.json` from `soarpack bench`, and
 `orgs-RUN-SET.log`, the organisers' bench_serving.sh output on the same server (bench_serving's own "Benchmark
-duration (s)", "Mean TTFT (ms)", "Mean TPOT (ms)" lines, one block per tier).
+duration (s)", "Mean TTFT (ms)", "Mean TPOT (ms)", "Median ITL (ms)" lines, one block per tier).
 
 Table 1, the ruler: per run, set and tier, soarpack's duration against the organisers' (difference in %), and which
 client ran first on that server (from run.log's order: ruler_lease.sh's FIRST_CLIENT, alternated between the sets).
-Table 2, the profiles: per set and tier, each run's duration by both clients, TTFT and TPOT means, baseline / run
-(>1: faster than the baseline run) and TPOT run / baseline (<1: a shorter decode step than the baseline's).
+Table 2, the profiles: per set and tier, each run's duration by both clients, TTFT and TPOT means, the ITL median,
+baseline / run (>1: faster than the baseline run) and TPOT run / baseline (<1: a shorter decode step than the
+baseline's). The ITL median is there because the mean TPOT of a few short requests sent at once moves 3-5 % between
+two servers of one checkpoint (RESULTS.md §14), while the median inter-token gap and the duration move under 1.5 %.
 """
 
 from __future__ import annotations
@@ -21,18 +23,19 @@ import sys
 from pathlib import Path
 
 TIERS = (("s1", "S1"), ("s8", "S8"), ("smax", "Smax"))
-SETS = ("long-128k", "1of16")
+SETS = ("long-128k", "long-32k", "1of16")  # ruler_lease.sh's
 # run.log's line before each client's benches: "[hh:mm:ss] RUN SET: soarpack bench" or "... SET: organisers'".
 _CLIENT_START = re.compile(r"^\[[0-9:]+\] (\S+) (\S+): (soarpack bench|organisers')$")
 _TIER_START = re.compile(r"\[(S1|S8|Smax)\] 开始测试")
 _FIELDS = {"duration_s": re.compile(r"^Benchmark duration \(s\):\s+([0-9.]+)"),
            "ttft_ms": re.compile(r"^Mean TTFT \(ms\):\s+([0-9.]+)"),
            "tpot_ms": re.compile(r"^Mean TPOT \(ms\):\s+([0-9.]+)"),
+           "itl_median_ms": re.compile(r"^Median ITL \(ms\):\s+([0-9.]+)"),
            "completed": re.compile(r"^Successful requests:\s+([0-9]+)")}
 
 
 def organisers(log: Path) -> dict:
-    """{tier: {duration_s, ttft_ms, tpot_ms, completed}} from bench_serving.sh's output."""
+    """{tier: {duration_s, ttft_ms, tpot_ms, itl_median_ms, completed}} from bench_serving.sh's output."""
     tiers, current = {}, None
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         start = _TIER_START.search(line)
@@ -50,7 +53,8 @@ def organisers(log: Path) -> dict:
 def ours(bench: Path) -> dict:
     data = json.loads(bench.read_text(encoding="utf-8"))
     return {name: {"duration_s": tier["duration_s"], "ttft_ms": tier["ttft_ms"]["mean"],
-                   "tpot_ms": tier["tpot_ms"]["mean"], "completed": tier["completed"], "failed": tier["failed"],
+                   "tpot_ms": tier["tpot_ms"]["mean"], "itl_median_ms": tier["itl_ms"]["median"],
+                   "completed": tier["completed"], "failed": tier["failed"],
                    "short": tier["short_outputs"], "long": tier.get("long_outputs", 0)}
             for name, tier in data["tiers"].items()}
 
@@ -100,7 +104,8 @@ def ruler_table(runs: dict, first: dict) -> str:
 
 def profile_table(runs: dict, baseline: str) -> str:
     lines = [f"| set | tier | run | soarpack s | organisers' s | {baseline} / run (soarpack, organisers') | "
-             f"TTFT ms (s / o) | TPOT ms (s / o) | TPOT run / {baseline} (s, o) |", "|---|---|---|---|---|---|---|---|---|"]
+             f"TTFT ms (s / o) | TPOT ms (s / o) | TPOT run / {baseline} (s, o) | ITL median ms (s / o) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     base = runs.get(baseline, {})
     for set_name in SETS:
         for key, label in TIERS:
@@ -120,7 +125,8 @@ def profile_table(runs: dict, baseline: str) -> str:
                 lines.append(f"| {set_name} | {label} | {run} | {mine['duration_s']:.2f} | "
                              f"{theirs.get('duration_s', float('nan')):.2f} | {', '.join(ratios)} | "
                              f"{mine['ttft_ms']:.0f} / {theirs.get('ttft_ms', float('nan')):.0f} | "
-                             f"{mine['tpot_ms']:.2f} / {theirs.get('tpot_ms', float('nan')):.2f} | {', '.join(tpots)} |")
+                             f"{mine['tpot_ms']:.2f} / {theirs.get('tpot_ms', float('nan')):.2f} | {', '.join(tpots)} | "
+                             f"{mine['itl_median_ms']:.2f} / {theirs.get('itl_median_ms', float('nan')):.2f} |")
     return "\n".join(lines)
 
 
