@@ -302,6 +302,8 @@ def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_se
         assert [(rec["fork_src"], rec["gla_decode"]) for rec in lease.launched()] == [
             (str(lease.work / "fork-gla" / "python"), "fork")] * 2
         assert not any("pre-warm at S8" in line for line in lines), lines  # TIERS has neither S8 nor Smax
+        rc, out = lease.script("collect", timeout=60)  # what a device call prints names every skipped run
+        assert rc == 0 and re.search(r"^SKIPPED \[[0-9:]+\] fast skipped: ", out, re.M), out[-2000:]
         assert set(json.loads((lease.r / f"bench-bf16-last-{SET}.json").read_text())["tiers"]) == {"s1"}
         assert not list(lease.r.glob("bench-fast-*"))
         assert lease.live_servers() == []

@@ -349,6 +349,8 @@ collect() {
   # The Marlin extension this machine built (3.9 MiB), for the next lease to carry in .whl; a rehearsal's is empty.
   local so=$(marlin_so); [ -z "$so" ] || [ ! -s "$so" ] || cp "$so" "$OUT_FINAL/"
   ls -la "$OUT_FINAL"; cat $R/state 2>/dev/null; tail -5 $R/run.log 2>/dev/null
+  # Every run the gate left out, however early: a tail of five lines once showed one of two skips (RESULTS.md §14).
+  grep -E "\] [^ ]+ skipped: " $R/run.log 2>/dev/null | sed 's/^/SKIPPED /' || true
 }
 
 wait_done() {  # $1 seconds at most: until the run is no longer running; with $2 = collect, collect after each server
