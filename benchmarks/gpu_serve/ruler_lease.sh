@@ -32,8 +32,8 @@
 #      --quantization fp8), safe (w4-mlp, no patch), each only if it and the last bf16 still fit in BUDGET_S (by
 #      run_cost's estimates, scaled by what the first bf16 server took against its own; `estimate` prints them for a
 #      PLAN before the lease), and bf16-last always; Marlin is built only when a run serves W4. A run named
-#      NAME-first or NAME-last is profile NAME again (a baseline run before and after what it is compared with). On each server: the pre-warm (untimed:
-#      the longest prompt alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
+#      NAME-first or NAME-last is profile NAME again (a baseline run before and after what it is compared with). On
+#      each server: the pre-warm (untimed: the longest prompt alone, then each set's prewarm-SET.jsonl at once when TIERS has S8 or Smax), then per set of SETS
 #      both clients at each tier of TIERS (FIRST_CLIENT first), their order alternating between the sets;
 #   6. GLA=last: the same check after the table, if it fits.
 #
@@ -193,14 +193,12 @@ run_cost() {  # $1 run, $2 1 if it is the machine's first server, $3 1 if it is 
   echo $s
 }
 setup_cost() { echo $(( 75 + 30 + $(plan_has fast-fp8 && echo 40 || echo 0) )); }
+tree_first() { [[ " $2 " == *" $(tree_of $1) "* ]] && echo 0 || echo 1; }  # $1 run, $2 the trees served so far
 # The gate's question for a middle run (it and the last bf16 must fit in what is left); $1 run, $2 the trees served
 # so far (names, space-separated): prints the seconds both need.
 # COST_PCT scales both: 100 before a lease; in the run, what the first bf16 server took against its estimate.
 COST_PCT=100
-gate_need() {
-  local first=0; [[ " $2 " == *" $(tree_of $1) "* ]] || first=1
-  echo $(( ($(run_cost $1 0 $first) + $(run_cost bf16-last 0 0)) * COST_PCT / 100 ))
-}
+gate_need() { echo $(( ($(run_cost $1 0 $(tree_first $1 "$2")) + $(run_cost bf16-last 0 0)) * COST_PCT / 100 )); }
 # PLAN's cost as the gate will see it, before any device time is spent: each run's estimate, the total, and the runs
 # the gate would skip under BUDGET_S (the device's start, 30-180 s, and the calls' transfers come on top).
 estimate() {
@@ -212,7 +210,7 @@ estimate() {
       need=$(gate_need $run "$trees")
       if [ $(( t + need )) -gt "$BUDGET_S" ]; then skipped+=" $run"; echo "$run: skipped at $t s (it and the last bf16: $need s)"; continue; fi
     fi
-    first_tree=0; [[ " $trees " == *" $(tree_of $run) "* ]] || first_tree=1
+    first_tree=$(tree_first $run "$trees")
     c=$(run_cost $run $([ $run = bf16-first ] && echo 1 || echo 0) $first_tree); t=$(( t + c )); trees+=" $(tree_of $run)"
     echo "$run: $c s on $(tree_of $run)$([ $first_tree = 1 ] && echo ' (its first server)'), done at $t s"
   done
@@ -238,12 +236,12 @@ serve_profile() {  # $1 run name: bf16, bf16-gla, safe, fast, fast-gla, fast-gla
   esac
   fork=$(tree_path $(tree_of $run)) || return 1
   log "server $run: $ckpt on $fork ($extra)${SERVER_ENV_ADD[*]:+ with ${SERVER_ENV_ADD[*]}}"
-  echo $(tree_of $run) >> $R/trees-served
   server_up "$R/server-$run.log" "$ckpt" "$fork" "$extra" "${flags[@]}" || return 1
   local rc=0
   server_wait > "$R/health-$run.json" || rc=$?
   if [ $rc -eq 0 ]; then
     log "server $run healthy ($(cat $R/health-$run.json)); pre-warm"
+    echo $(tree_of $run) >> $R/trees-served  # its first long prompt compiles this tree: the gate's next price
     local tw=$(date +%s)
     untimed "$ckpt" --s1 $R/prewarm.jsonl "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
     echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"
