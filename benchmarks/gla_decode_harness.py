@@ -292,17 +292,24 @@ def _summary(kernel) -> dict:
     import re
 
     ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    # Float lanes per operation: Blackwell's packed f32x2 forms (sm_100 and up) count twice, so sm_90's and sm_120's
+    # code can be set side by side.
+    lanes: Dict[str, int] = {}
+    for op, packed in re.findall(r"^\s+((?:fma\.rn|mul|add)\.f32)(x2)?\b", ptx, re.M):
+        lanes[op] = lanes.get(op, 0) + (2 if packed else 1)
     return {
         "layouts": [line.strip() for line in ttgir.splitlines() if line.startswith("#blocked")],
         "reduce_operands": re.findall(r"\}\) : \(tensor<([^>]*)>\) -> ", ttgir),
         "ops": {op: n for op in SM90_OPS if (n := len(re.findall(r"\b" + re.escape(op) + r"\b", ptx)))},
+        "f32_lanes": lanes,
     }
 
 
-def sm90_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int = 32) -> dict:
+def sm90_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int = 32, arch: int = 90) -> dict:
     """{num_warps: {"fla": summary, "inplace": summary}}: fla's fused recurrent forward kernel as the fork calls
     it for decode (varlen, g_gamma, initial and final state, bf16 q/k/v) and patch 06's kernel (bf16 q/k/v/o,
-    float32 pool, int32 slots), compiled for sm_90 by the installed Triton. Must run with TRITON_INTERPRET unset."""
+    float32 pool, int32 slots), compiled for sm_ARCH (90: the H200; 120: the platform's Blackwell) by the installed
+    Triton, down to a cubin by its ptxas. Must run with TRITON_INTERPRET unset."""
     if interpreting():
         raise RuntimeError("sm90_codegen compiles GPU code: run it with TRITON_INTERPRET unset")
     import triton
@@ -318,7 +325,7 @@ def sm90_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int =
     theirs = fr.fused_recurrent_fwd_kernel
     while not isinstance(theirs, JITFunction):  # heuristics -> autotuner -> the jit function
         theirs = theirs.fn
-    target, aligned = GPUTarget("cuda", 90, 32), [["tt.divisibility", 16]]
+    target, aligned = GPUTarget("cuda", arch, 32), [["tt.divisibility", 16]]
     tile = 64
 
     def compile_(fn, sig, consts, div, nw):
@@ -348,10 +355,14 @@ def sm90_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int =
     return out
 
 
-if __name__ == "__main__":  # python benchmarks/gla_decode_harness.py sm90 [4,8]: one JSON line
+if __name__ == "__main__":  # python benchmarks/gla_decode_harness.py sm90|sm120 [4,8]: one JSON line
     import json
 
-    if len(sys.argv) < 2 or sys.argv[1] != "sm90":
-        raise SystemExit("usage: gla_decode_harness.py sm90 [NUM_WARPS,...]")
+    if len(sys.argv) < 2 or sys.argv[1] not in ("sm90", "sm120"):
+        raise SystemExit("usage: gla_decode_harness.py sm90|sm120 [NUM_WARPS,...]")
     warps = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "4,8").split(",")]
-    print(json.dumps(sm90_codegen(warps)))
+    import triton
+
+    # The Triton that compiled it rides along as a key of its own: a caller that puts the platform's Triton first on
+    # PYTHONPATH checks it got that one.
+    print(json.dumps({**sm90_codegen(warps, arch=int(sys.argv[1][2:])), "triton": triton.__version__}))

@@ -198,15 +198,26 @@ def test_the_mode_switch_and_bad_inputs(fla):
 # -- what Triton makes of it for the H200, compiled here (no GPU needed) ------------------------------------------
 
 
+# The platform's Triton (3.5.1: torch 2.9.1's pin), which scripts/install.sh puts beside .venv's 3.6.0.
+PLATFORM_TRITON = ROOT / ".venv" / "triton-platform"
+
+
+def _codegen(arch: str, triton_path=None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if triton_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(triton_path), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gla_decode_harness.py"), arch, "4,8"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_the_sm90_code_has_flas_layout_and_flas_arithmetic_per_tile(fla):
     """Both kernels compiled for sm_90 by this Triton (the device's version): the state tile's layout, which fixes
     the order of the per-tile reduction, is fla's at 4 and 8 warps; per 64 x 64 tile the same FMAs, shuffles and
     16-byte state loads/stores; one exp; the output cast rounds to nearest (cvt.rn)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gla_decode_harness.py"), "sm90", "4,8"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = _codegen("sm90")
+    assert report.pop("triton") == "3.6.0"
     for nw, kernels in report.items():
         fla_k, ours = kernels["fla"], kernels["inplace"]
         assert ours["layouts"] == fla_k["layouts"] and ours["layouts"], nw
@@ -214,6 +225,24 @@ def test_the_sm90_code_has_flas_layout_and_flas_arithmetic_per_tile(fla):
         nk = 2  # K tiles per program: fla runs each tile in a program of its own
         for op in ("fma.rn.f32", "shfl.sync.bfly.b32", "ld.global.v4.b32", "st.global.v4.b32"):
             assert ours["ops"].get(op, 0) == nk * fla_k["ops"].get(op, 0) > 0, (nw, op)
+        assert ours["ops"]["ex2.approx.f32"] == fla_k["ops"]["ex2.approx.f32"] == 1
+        assert ours["ops"].get("cvt.rn.bf16.f32", 0) > 0 and not any("cvt.rz" in op for op in ours["ops"])
+
+
+@pytest.mark.skipif(not PLATFORM_TRITON.is_dir(), reason="the platform's Triton is installed by scripts/install.sh")
+def test_the_platforms_triton_builds_patch_06_for_hopper_as_fla_and_for_blackwell(fla):
+    """The platform compiles patch 06's kernel with its own Triton, for its own GPU (sm_120), at the first CUDA-graph
+    capture: a kernel that does not compile there stops the server. Compiled here to a cubin by Triton 3.5.1's ptxas:
+    for sm_90 its code is fla's tile for tile as under 3.6.0 (the bit-identity the H200 showed rests on that), and for
+    sm_120 it builds, with the same layouts and fused multiply-adds as fla's, though not the same packing of
+    Blackwell's f32x2 operations: bit-identity there is not shown."""
+    hopper, blackwell = _codegen("sm90", PLATFORM_TRITON), _codegen("sm120", PLATFORM_TRITON)
+    assert hopper.pop("triton") == blackwell.pop("triton") == "3.5.1"
+    assert hopper == {k: v for k, v in _codegen("sm90").items() if k != "triton"}  # 3.5.1's code is 3.6.0's
+    for nw, kernels in blackwell.items():
+        fla_k, ours = kernels["fla"], kernels["inplace"]
+        assert ours["layouts"] == fla_k["layouts"] and ours["layouts"], nw
+        assert ours["f32_lanes"]["fma.rn.f32"] == 2 * fla_k["f32_lanes"]["fma.rn.f32"] > 0, nw
         assert ours["ops"]["ex2.approx.f32"] == fla_k["ops"]["ex2.approx.f32"] == 1
         assert ours["ops"].get("cvt.rn.bf16.f32", 0) > 0 and not any("cvt.rz" in op for op in ours["ops"])
 

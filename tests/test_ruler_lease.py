@@ -339,3 +339,30 @@ def test_the_budget_gate_skips_a_middle_run_but_never_the_last_bf16_and_again_se
         assert lease.live_servers() == []
     finally:
         lease.stop_servers()
+
+
+def test_wait_with_the_device_time_left_resets_the_gates_budget(tokenizer_dir, sglang_fork_trees, tmp_path):
+    """`start` with a budget that fits everything, then `wait` told that little device time is left (the session's
+    budget_left_s from the last call's reply): the gate prices the middle run against that, skips it, and the last
+    bf16 still runs."""
+    lease = Lease(tmp_path, tokenizer_dir, sglang_fork_trees["d29fb130c"], PLAN="bf16-first fast bf16-last",
+                  TIERS="S1", BUDGET_S="100000")
+    try:
+        rc, out = lease.script("start", "0", timeout=120)
+        assert rc == 0 and lease.state() == "running", out[-2000:]  # bf16-first is still being served
+        # No device time left (less 1 s kept back): whatever the gate's scaled prices, the middle run cannot fit.
+        rc, out = lease.script("wait", "400", BUDGET_LEFT_S="0", BUDGET_MARGIN_S="1")
+        assert rc == 0 and lease.state() == "done", out[-4000:]
+        lines = _lines(lease.log())
+        budget = [re.fullmatch(r"budget: (-?\d+) s of the run \((\d+) s gone, 0 s of device time left, 1 s kept back\)",
+                               line) for line in lines]
+        budget = [m for m in budget if m]
+        assert len(budget) == 1 and int(budget[0][1]) == int(budget[0][2]) - 1, lines
+        assert any(re.fullmatch(rf"fast skipped: \d+ s gone, it and the last bf16 need about \d+ s of the "
+                                rf"{budget[0][1]}", line) for line in lines), lines
+        assert re.search(r"^SKIPPED \[[0-9:]+\] fast skipped: ", out, re.M), out[-2000:]
+        assert any(re.fullmatch(r"server bf16-last done in \d+ s, rc=0", line) for line in lines), lines
+        rc, out = lease.script("wait", "1", BUDGET_LEFT_S="soon")
+        assert rc == 2 and "BUDGET_LEFT_S=soon: seconds, a whole number" in out, out
+    finally:
+        lease.stop_servers()

@@ -45,13 +45,15 @@ install_carried() {
   { [ ! -f "$ROOT/.whl/jitcache.tgz" ] || tar -xzf "$ROOT/.whl/jitcache.tgz" -C ~; } &&
   du -sh "$SITE" $GS_WORK/fork
 }
-# The $LAYERS-layer full-width random bf16 model and its w4-mlp copy; skipped when this machine built them already.
+# The $LAYERS-layer full-width random bf16 model and its w4-mlp copy ($1 = bf16: the bf16 model alone, for a plan that
+# serves no W4: the copy's quantization and 9 GB write are device time); skipped when this machine built them already.
 build_models() {
-  [ ! -f $M/built-$LAYERS ] || { echo "built earlier on this machine: $LAYERS layers in $M"; du -sh $M/*; return 0; }
+  local done=$M/built-$LAYERS${1:+-$1}
+  if [ -f $M/built-$LAYERS ] || [ -f $done ]; then echo "built earlier on this machine: $LAYERS layers in $M"; du -sh $M/*; return 0; fi
   rm -rf $M
   (cd "$ROOT" && PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py build --out $M/bf16 --layers "$LAYERS" --device cuda &&
-   PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda) &&
-  touch $M/built-$LAYERS && du -sh $M/*
+   { [ "${1:-}" = bf16 ] || PYTHONPATH=$ROOT:$SITE python3 $GS/compare.py w4 --src $M/bf16 --out $M/w4 --device cuda; }) &&
+  touch $done && du -sh $M/*
 }
 # One more quantized copy of the bf16 model under $M/$1, by recipe $2 (compare.py w4); skipped when it is there.
 build_copy() {

@@ -5,7 +5,9 @@
 # launches it in a session of its own, later calls `wait` on it; every call brings back what it has so far.
 #
 #   bash benchmarks/gpu_serve/ruler_lease.sh start [S]   launch the run (BUDGET_S bounds it), wait up to S seconds, collect
-#   bash benchmarks/gpu_serve/ruler_lease.sh wait S      wait until it is done or S seconds passed, collect
+#   bash benchmarks/gpu_serve/ruler_lease.sh wait S      wait until it is done or S seconds passed, collect; with
+#                                                        BUDGET_LEFT_S (the session's device time left, from the last
+#                                                        call's reply) the gate's budget becomes what is really left
 #   bash benchmarks/gpu_serve/ruler_lease.sh collect     copy what it has into $OUT (at most 8 files)
 #   bash benchmarks/gpu_serve/ruler_lease.sh estimate    here, before a lease: what PLAN costs and what the gate would skip
 #   bash benchmarks/gpu_serve/ruler_lease.sh again RUN [S]  once the run is done (waits up to S s for it): one more
@@ -58,11 +60,20 @@ MARLIN_ABS=""  # the device-built Marlin extension, once its background build is
 FIRST_CLIENT=${FIRST_CLIENT:-ours}  # which client runs first on each server's first set: ours (soarpack bench) or organisers
 # The tree the bf16 runs are served on: fork (the unpatched fork, the default) or fork-gla (patches 04 + 06 with 06
 # switched off: for bf16 that runs the fork's own code, and a lease whose other runs are on fork-gla then pays one
-# tree's first compilation, not two: about 115 s).
+# tree's first compilation, not two: about 115 s). With fork-gla, bf16-gla is served there too, 06 switched on: bf16
+# with and without patch 06 then differ by the switch alone.
 BF16_TREE=${BF16_TREE:-fork}
 ORGS_SCRIPT=${ORGS_SCRIPT:-$ROOT/.whl/organisers-bench_serving.sh}  # the organisers' bench_serving.sh, byte for byte
 
 elapsed() { echo $(( $(date +%s) - $(cat $R/t0) )); }
+# The gate's bound, in seconds of the run: BUDGET_S, until a `wait` call with BUDGET_LEFT_S (the session's device time
+# left, which only a call's reply tells: the machine's start is not known before the lease) sets it to the run's
+# elapsed time plus that, less BUDGET_MARGIN_S for the last call's collect and transfer.
+budget() { cat $R/budget 2>/dev/null || echo $BUDGET_S; }
+set_budget() {
+  echo $(( $(elapsed) + $1 - ${BUDGET_MARGIN_S:-45} )) > $R/budget.tmp && mv $R/budget.tmp $R/budget
+  log "budget: $(budget) s of the run ($(elapsed) s gone, $1 s of device time left, ${BUDGET_MARGIN_S:-45} s kept back)"
+}
 
 marlin_build() {
   # A carried extension (.whl/*marlin*.so: a lease's collect brings the one it built back) that loads under this
@@ -163,7 +174,8 @@ serves_w4() { case $(profile_of $1) in bf16|bf16-gla|fp8) return 1 ;; esac; }  #
 # comparison pays that once and differs by the switch alone.
 tree_of() {
   case $(profile_of $1) in
-    bf16) echo $BF16_TREE ;; fp8|safe) echo fork ;; fast) echo fork-d ;; fast-gla|fast-gla-off) echo fork-gla ;; bf16-gla) echo fork-g ;;
+    bf16) echo $BF16_TREE ;; fp8|safe) echo fork ;; fast) echo fork-d ;; fast-gla|fast-gla-off) echo fork-gla ;;
+    bf16-gla) [ $BF16_TREE = fork-gla ] && echo fork-gla || echo fork-g ;;  # with BF16_TREE=fork-gla: bf16's tree, 06 on
     fast-fp8) echo fork-f8 ;; *) echo none ;;
   esac
 }
@@ -307,7 +319,7 @@ run() {
     if needs_marlin; then marlin_build > $R/marlin.log 2>&1 & else echo "no run serves W4: no build" > $R/marlin.log & fi
   fi
   local marlin_pid=$!
-  log "models"; build_models > $R/build.log 2>&1 || { log "build failed"; echo failed > $R/state; return 1; }
+  log "models"; build_models $(needs_marlin || echo bf16) > $R/build.log 2>&1 || { log "build failed"; echo failed > $R/state; return 1; }
   if plan_has fast-fp8; then  # its recipe: every linear GPTQ-Marlin, so FP8 prefill covers them all
     build_copy w4a8 w4-mlp-w8-attn >> $R/build.log 2>&1 || { log "w4a8 build failed"; echo failed > $R/state; return 1; }
   fi
@@ -329,14 +341,14 @@ run() {
     case $run in bf16-first|bf16-last) continue ;; esac
     if serves_w4 $run && { [ $mrc -ne 0 ] || [ -z "$MARLIN_ABS" ]; }; then log "$run skipped: no Marlin extension"; continue; fi
     need=$(gate_need $run "$(cat $R/trees-served 2>/dev/null | tr '\n' ' ')")
-    if [ $(( $(elapsed) + need )) -gt "$BUDGET_S" ]; then
-      log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $BUDGET_S"; continue
+    if [ $(( $(elapsed) + need )) -gt "$(budget)" ]; then
+      log "$run skipped: $(elapsed) s gone, it and the last bf16 need about $need s of the $(budget)"; continue
     fi
     serve_profile $run
   done
   serve_profile bf16-last
-  if [ "$GLA" = last ] && [ $(( $(elapsed) + 200 )) -le "$BUDGET_S" ]; then gla_check
-  elif [ "$GLA" = last ]; then log "gla decode skipped: $(elapsed) s gone of $BUDGET_S"; fi
+  if [ "$GLA" = last ] && [ $(( $(elapsed) + 200 )) -le "$(budget)" ]; then gla_check
+  elif [ "$GLA" = last ]; then log "gla decode skipped: $(elapsed) s gone of $(budget)"; fi
   log "run done after $(elapsed) s"; echo done > $R/state
 }
 
@@ -367,7 +379,12 @@ case ${1:-} in
     rm -rf "$R"/*; echo starting > $R/state
     OUT=$OUT_FINAL setsid nohup bash "$0" run > $R/driver.log 2>&1 < /dev/null &
     sleep 2; wait_for "${2:-540}" ;;
-  wait) wait_for "${2:-540}" ;;
+  wait)
+    if [ -n "${BUDGET_LEFT_S:-}" ]; then
+      [[ $BUDGET_LEFT_S =~ ^[0-9]+$ ]] || { echo "BUDGET_LEFT_S=$BUDGET_LEFT_S: seconds, a whole number" >&2; exit 2; }
+      [ "$(cat $R/state 2>/dev/null)" = running ] && set_budget "$BUDGET_LEFT_S"
+    fi
+    wait_for "${2:-540}" ;;
   collect) collect ;;
   estimate) estimate ;;  # no device needed: run it here before a lease
   run) run ;;
