@@ -49,18 +49,25 @@ def test_the_estimate_skips_what_the_h200_gate_skipped_and_prices_each_server_wi
         assert abs(est - lease["took"][run]) <= 0.10 * lease["took"][run], (run, est, lease["took"][run], out)
 
 
-def test_servers_on_one_tree_pay_its_compilation_once(tmp_path):
-    """fast-gla-off runs on fast-gla's tree: the with/without comparison pays one tree's first server, not two."""
+def test_servers_on_one_tree_pay_its_compilation_once_per_switch_setting(tmp_path):
+    """fast-gla-off runs on fast-gla's tree with patch 06 switched off, and BF16_TREE=fork-gla serves bf16 there with
+    it off too: each setting of the switch pays the tree's one-off compilation on its first server only (on the H100,
+    RESULTS.md §15, the second server on fork-gla, the switch flipped, paid it again); later servers with either
+    setting do not."""
     plan = "bf16-first fast-gla-off-first fast-gla fast-gla-off-last bf16-last"
-    out = _estimate(tmp_path, BUDGET_S="100000", PLAN=plan, SETS="1of16", TIERS="S1 S8")
+    out = _estimate(tmp_path, BUDGET_S="100000", PLAN=plan, SETS="1of16", TIERS="S1 S8", BF16_TREE="fork-gla")
     cost = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+): (\d+) s", out, re.M)}
-    assert "(its first server)" in re.search(r"^fast-gla-off-first: .*$", out, re.M).group(0), out
-    assert cost["fast-gla"] == cost["fast-gla-off-last"] == cost["bf16-last"] < cost["fast-gla-off-first"], out
+    first = {run: "(its first server)" in re.search(rf"^{run}: .*$", out, re.M).group(0) for run in cost
+             if run not in ("setup", "total")}
+    assert first == {"bf16-first": True, "fast-gla-off-first": False, "fast-gla": True, "fast-gla-off-last": False,
+                     "bf16-last": False}, out
+    assert re.search(r"^fast-gla: \d+ s on fork-gla:inplace \(its first server\)", out, re.M), out
+    assert cost["fast-gla-off-first"] == cost["fast-gla-off-last"] == cost["bf16-last"] < cost["fast-gla"], out
     assert "skipped" not in out, out
-    separate = _estimate(tmp_path, BUDGET_S="100000", PLAN="bf16-first fast-first fast-gla fast-last bf16-last",
-                         SETS="1of16", TIERS="S1 S8")
+    # bf16 on the unpatched fork: fast-gla-off-first is then its setting's first server on fork-gla, one more to pay.
+    apart = _estimate(tmp_path, BUDGET_S="100000", PLAN=plan, SETS="1of16", TIERS="S1 S8", BF16_TREE="fork")
     total = lambda text: int(re.search(r"^total: about (\d+) s", text, re.M).group(1))  # noqa: E731
-    assert total(separate) - total(out) == cost["fast-gla-off-first"] - cost["fast-gla"], (separate, out)
+    assert total(apart) - total(out) == cost["fast-gla"] - cost["fast-gla-off-first"], (apart, out)
 
 
 def test_a_tight_budget_skips_the_runs_that_do_not_fit_and_never_the_bf16_brackets(tmp_path):

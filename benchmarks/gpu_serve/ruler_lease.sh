@@ -205,7 +205,15 @@ run_cost() {  # $1 run, $2 1 if it is the machine's first server, $3 1 if it is 
   echo $s
 }
 setup_cost() { echo $(( 75 + 30 + $(plan_has fast-fp8 && echo 40 || echo 0) )); }
-tree_first() { [[ " $2 " == *" $(tree_of $1) "* ]] && echo 0 || echo 1; }  # $1 run, $2 the trees served so far
+# What a server's one-off compilation is keyed on, as far as the leases show: its tree, and on fork-gla patch 06's
+# switch (on an H100 the second server on fork-gla, the switch flipped, paid its first long prompt's compilation
+# again: RESULTS.md §15).
+compiled_as() {
+  local tree=$(tree_of $1)
+  [ $tree = fork-gla ] || { echo $tree; return; }
+  case $(profile_of $1) in bf16|fast-gla-off) echo $tree:fork ;; *) echo $tree:inplace ;; esac
+}
+tree_first() { [[ " $2 " == *" $(compiled_as $1) "* ]] && echo 0 || echo 1; }  # $1 run, $2 compiled_as of those served
 # The gate's question for a middle run (it and the last bf16 must fit in what is left); $1 run, $2 the trees served
 # so far (names, space-separated): prints the seconds both need.
 # COST_PCT scales both: 100 before a lease; in the run, what the first bf16 server took against its estimate.
@@ -223,8 +231,8 @@ estimate() {
       if [ $(( t + need )) -gt "$BUDGET_S" ]; then skipped+=" $run"; echo "$run: skipped at $t s (it and the last bf16: $need s)"; continue; fi
     fi
     first_tree=$(tree_first $run "$trees")
-    c=$(run_cost $run $([ $run = bf16-first ] && echo 1 || echo 0) $first_tree); t=$(( t + c )); trees+=" $(tree_of $run)"
-    echo "$run: $c s on $(tree_of $run)$([ $first_tree = 1 ] && echo ' (its first server)'), done at $t s"
+    c=$(run_cost $run $([ $run = bf16-first ] && echo 1 || echo 0) $first_tree); t=$(( t + c )); trees+=" $(compiled_as $run)"
+    echo "$run: $c s on $(compiled_as $run)$([ $first_tree = 1 ] && echo ' (its first server)'), done at $t s"
   done
   c=$(run_cost bf16-last 0 0); t=$(( t + c )); echo "bf16-last: $c s, done at $t s"
   echo "total: about $t s of BUDGET_S=$BUDGET_S for PLAN=\"$PLAN\" SETS=\"$SETS\" TIERS=\"$TIERS\"${skipped:+; skipped:$skipped}"
@@ -253,7 +261,7 @@ serve_profile() {  # $1 run name: bf16, bf16-gla, safe, fast, fast-gla, fast-gla
   server_wait > "$R/health-$run.json" || rc=$?
   if [ $rc -eq 0 ]; then
     log "server $run healthy ($(cat $R/health-$run.json)); pre-warm"
-    echo $(tree_of $run) >> $R/trees-served  # its first long prompt compiles this tree: the gate's next price
+    echo $(compiled_as $run) >> $R/trees-served  # its first long prompt compiles: the gate's next price
     local tw=$(date +%s)
     untimed "$ckpt" --s1 $R/prewarm.jsonl "$R/prewarm-$run.json" > "$R/prewarm-$run.log" 2>&1
     echo $(( $(date +%s) - tw )) > "$R/prewarm-s-$run"

@@ -35,7 +35,8 @@ from soarpack.schema import StrictModel, validated
 # Unmeasured for it: sm_120, sgl-kernel 0.3.20, the sparse backend (its [[evidence]] says so, and check shows it as
 # a risk); it falls back to "safe" where the patch does not apply, and to Marlin where the dequantize route fails.
 # "fp8-kv" is faster on paper, but every peer run of fp8 KV on the sparse path stayed below the gate with no S1 gain;
-# it stays opt-in until measured, as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA).
+# it stays opt-in until measured, as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA) and "fast-gla" ("fast"
+# plus patch 06, served on bf16 only and never with its baseline run after it: benchmarks/RESULTS.md §13, §15).
 DEFAULT_PROFILE = "fast"
 # Renamed built-in profiles, old name -> new: what a MANIFEST written before the rename means by the old name.
 # Issue 37: "fp8" (fp8_e5m2 KV on the sparse backend) became "fp8-kv", and "fp8" is now the W8A8 profile.
