@@ -281,7 +281,7 @@ def tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-# -- what Triton makes of both kernels for the H200 (compiled here: no GPU, not the interpreter) -----------------
+# -- what Triton makes of both kernels for the H200 and the platform's GPU (compiled here, not interpreted) ------
 
 SM90_OPS = ("fma.rn.f32", "mul.f32", "add.f32", "ex2.approx.f32", "ex2.approx.ftz.f32", "shfl.sync.bfly.b32",
             "bar.sync", "cvt.rn.bf16.f32", "cvt.rz.bf16.f32", "ld.global.v4.b32", "st.global.v4.b32",
@@ -305,13 +305,13 @@ def _summary(kernel) -> dict:
     }
 
 
-def sm90_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int = 32, arch: int = 90) -> dict:
+def cuda_codegen(num_warps: Sequence[int] = (4, 8), dim: int = 128, heads: int = 32, arch: int = 90) -> dict:
     """{num_warps: {"fla": summary, "inplace": summary}}: fla's fused recurrent forward kernel as the fork calls
     it for decode (varlen, g_gamma, initial and final state, bf16 q/k/v) and patch 06's kernel (bf16 q/k/v/o,
     float32 pool, int32 slots), compiled for sm_ARCH (90: the H200; 120: the platform's Blackwell) by the installed
     Triton, down to a cubin by its ptxas. Must run with TRITON_INTERPRET unset."""
     if interpreting():
-        raise RuntimeError("sm90_codegen compiles GPU code: run it with TRITON_INTERPRET unset")
+        raise RuntimeError("cuda_codegen compiles GPU code: run it with TRITON_INTERPRET unset")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -365,4 +365,4 @@ if __name__ == "__main__":  # python benchmarks/gla_decode_harness.py sm90|sm120
 
     # The Triton that compiled it rides along as a key of its own: a caller that puts the platform's Triton first on
     # PYTHONPATH checks it got that one.
-    print(json.dumps({**sm90_codegen(warps, arch=int(sys.argv[1][2:])), "triton": triton.__version__}))
+    print(json.dumps({**cuda_codegen(warps, arch=int(sys.argv[1][2:])), "triton": triton.__version__}))
