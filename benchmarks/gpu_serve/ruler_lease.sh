@@ -70,9 +70,10 @@ elapsed() { echo $(( $(date +%s) - $(cat $R/t0) )); }
 # left, which only a call's reply tells: the machine's start is not known before the lease) sets it to the run's
 # elapsed time plus that, less BUDGET_MARGIN_S for the last call's collect and transfer.
 budget() { cat $R/budget 2>/dev/null || echo $BUDGET_S; }
-set_budget() {
-  echo $(( $(elapsed) + $1 - ${BUDGET_MARGIN_S:-45} )) > $R/budget.tmp && mv $R/budget.tmp $R/budget
-  log "budget: $(budget) s of the run ($(elapsed) s gone, $1 s of device time left, ${BUDGET_MARGIN_S:-45} s kept back)"
+set_budget() {  # one reading of the clock: the logged "gone" is the one the budget was computed from
+  local gone=$(elapsed)
+  echo $(( gone + $1 - ${BUDGET_MARGIN_S:-45} )) > $R/budget.tmp && mv $R/budget.tmp $R/budget
+  log "budget: $(budget) s of the run ($gone s gone, $1 s of device time left, ${BUDGET_MARGIN_S:-45} s kept back)"
 }
 
 marlin_build() {
