@@ -4,11 +4,12 @@ Shared by tests/test_gla_decode.py (CPU, Triton's interpreter) and benchmarks/gp
 
 - `Forward(tree, mode)`: the patched tree's `SimpleGLAAttnBackend.forward` and `_get_mamba_indices`, compiled from
   the file's own text (at its line numbers) into a small class. Its globals are the patch's block as the tree has
-  it (`soarpack_gla_decode`, `SOARPACK_GLA_DECODE_MODE` = mode) and fla-core's `fused_recurrent_simple_gla` /
+  it (`soarpack_gla_decode_or_none`, `SOARPACK_GLA_DECODE_MODE` = mode) and fla-core's `fused_recurrent_simple_gla` /
   `chunk_simple_gla`, so mode "fork" runs the fork's lines unchanged: gather `temporal[mamba_indices]`, fla's
   fused recurrent kernel, scatter back. The instance holds what forward reads: `req_to_token_pool` (mamba_map,
   mamba_pool.mamba2_layer_cache(i).temporal), `forward_metadata` (mamba_cache_indices, query_start_loc),
-  `g_gamma` (-ALiBi slopes), `scale`.
+  `g_gamma` (-ALiBi slopes), `scale`. Strict (the default): once the kernel has failed, forward raises rather than
+  hand back the fork's output, which the patch falls back to, as the kernel's.
 - `replay_metadata(slots, bs)`: the slot list and query_start_loc a CUDA-graph replay of batch size bs gives
   (`MambaAttnBackendBase._replay_metadata`): padded rows get slot -1 and an empty sequence.
 - `Case`: the pools (one per layer, [S + 1, H, K, V]: the fork's MambaPool keeps one dummy slot at the end),
@@ -119,20 +120,23 @@ def force_fla_num_warps(num_warps: Optional[int]):
 class Forward:
     """The patched file's forward(), bound to a fake backend instance: call(q, k, v, batch, layer_id)."""
 
-    def __init__(self, backend_file: Path, mode: str, fla=None, block=None):
+    def __init__(self, backend_file: Path, mode: str, fla=None, block=None, strict: bool = True):
         self.block = block if block is not None else load_block(
             GLA_DECODE, env_value=mode, source=file_block_source(backend_file, GLA_DECODE))
         if self.block.SOARPACK_GLA_DECODE_MODE != mode:
             raise ValueError(f"the block read mode {self.block.SOARPACK_GLA_DECODE_MODE!r}, not {mode!r}")
         fused, chunk = fla if fla is not None else load_fla()
         namespace = {"__name__": "soarpack_patched_backend", "torch": torch, "fused_recurrent_simple_gla": fused,
-                     "chunk_simple_gla": chunk, "soarpack_gla_decode": self.block.soarpack_gla_decode,
+                     "chunk_simple_gla": chunk, "soarpack_gla_decode_or_none": self.block.soarpack_gla_decode_or_none,
                      "SOARPACK_GLA_DECODE_MODE": mode}
         for name, (first, text) in _methods_source(backend_file).items():
             code = compile("\n" * (first - 1) + textwrap.dedent(text), str(backend_file), "exec",
                            flags=__future__.annotations.compiler_flag, dont_inherit=True)
             exec(code, namespace)
-        self.cls = type("SimpleGLAAttnBackendUnderTest", (), {m: namespace[m] for m in METHODS})
+        methods = {m: namespace[m] for m in METHODS}
+        if strict:  # a kernel that failed hands the step to the fork's path: never let that pass as the kernel's output
+            methods["forward"] = _strict(methods["forward"], self.block)
+        self.cls = type("SimpleGLAAttnBackendUnderTest", (), methods)
         self.mode = mode
 
     def backend(self, pools: Sequence[torch.Tensor], layer_ids: Sequence[int], g_gamma: torch.Tensor, scale: float):
@@ -145,6 +149,15 @@ class Forward:
         obj.forward_metadata = None
         obj.g_gamma, obj.scale = g_gamma, scale
         return obj
+
+
+def _strict(forward, block):
+    def checked(obj, *args, **kwargs):
+        out = forward(obj, *args, **kwargs)
+        if block.SOARPACK_GLA_DECODE_FAILED:
+            raise RuntimeError(f"the in-place kernel failed and the fork's path answered: {block.SOARPACK_GLA_DECODE_FAILED[0]}")
+        return out
+    return checked
 
 
 def _unused(name):

@@ -121,6 +121,12 @@ def test_tier_durations_match_scripted_delays(tmp_path, tokenizer_dir):
     # ITL is the gap between chunks, per token: its mean cannot exceed (e2e - TTFT) / (n - 1), the TPOT
     assert s1["itl_ms"]["mean"] <= s1["tpot_ms"]["mean"] + 0.01
     assert s1["output_throughput"] == pytest.approx(rows * n / s1["duration_s"], rel=1e-3)
+    for name, tier in report["tiers"].items():  # each request's own times are the ones the tier's summaries hold
+        rows_ = tier["requests"]
+        assert sorted(r["ttft_ms"] for r in rows_)[-1] == tier["ttft_ms"]["max"], name
+        assert max(r["itl_max_ms"] for r in rows_) == tier["itl_ms"]["max"], name
+        assert sum(r["tpot_ms"] for r in rows_) / len(rows_) == pytest.approx(tier["tpot_ms"]["mean"], abs=0.002), name
+        assert all(TTFT * 1000 - 5 <= r["ttft_ms"] <= r["e2e_ms"] <= tier["duration_s"] * 1000 + 1 for r in rows_), name
 
 
 @pytest.mark.parametrize("tier, cap, rows", [("s1", 1, 4), ("s8", 8, 18), ("smax", 20, 20)])
@@ -150,6 +156,8 @@ def test_failed_request_is_counted_and_the_tier_continues(tmp_path, tokenizer_di
     with FakeSGLang(generate=script) as server:
         tier = bench(server, {"s8": data}, tokenizer_dir)["tiers"]["s8"]
     assert tier["completed"] == 5 and tier["failed"] == 1 and "HTTP 500" in tier["errors"][0]
+    (failed,) = [r for r in tier["requests"] if r["output_tokens"] is None]
+    assert "ttft_ms" not in failed and "tpot_ms" not in failed  # no times for a request that got no answer
 
 
 def test_failed_warmup_stops_the_bench(tmp_path, tokenizer_dir):

@@ -132,7 +132,7 @@ def test_cli_check_json(bundle):
     assert data["gate"] == {"failed": [], "not_run": ["prepare_env.sh", "bundled wheels", "prepare_model.sh", "verify"],
                             "risks": []}
     assert not data["uploadable"] and data["not_uploadable_because"].startswith("not rehearsed")
-    # the e2e bundle is the default profile (fast: its patch unmeasured on the platform) calibrated on the built-in
+    # the e2e bundle is the default profile (fast-gla: its patches unmeasured on the platform) calibrated on the built-in
     # prompts: two risks that are printed and do not block
     assert [(r["name"], r["blocks"]) for r in data["risks"]] == [("profile-flagged", False), ("calib-builtin", False)]
     assert data["logs_dir"] is None and data["versions"]["python"]

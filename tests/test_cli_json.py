@@ -57,7 +57,7 @@ def test_build_inspect_and_check(bundle, tmp_path):
     assert res.stderr == ""  # the --no-wheels warning is in the JSON, not on stderr
     assert any("--no-wheels" in w for w in a["warnings"])
     assert a["path"] == str(tmp_path / "x.tar.gz") and b["path"] == str(tmp_path / "y.tar.gz")
-    assert a["manifest"] == b["manifest"] and a["manifest"]["profile"]["name"] == "fast"
+    assert a["manifest"] == b["manifest"] and a["manifest"]["profile"]["name"] == "fast-gla"
     a, b, _ = _both(["inspect", str(bundle)])
     assert a == b and a["path"] == str(bundle) and a["sha256"]
     a, b, res = _both(["check", str(bundle), "--no-rehearse"])

@@ -72,12 +72,14 @@ def _forward_node(path: Path) -> ast.FunctionDef:
 
 def test_only_decode_takes_the_kernel_and_the_forks_path_is_kept(patched_trees):
     """forward's first branch is decode-and-inplace, returning the kernel's output; the fork's lines follow
-    unchanged (gather, fused_recurrent / chunk, scatter), so prefill, mixed batches and mode 'fork' run them."""
+    unchanged (gather, fused_recurrent / chunk, scatter), so prefill, mixed batches, mode 'fork' and a failed kernel
+    run them."""
     fwd = _forward_node(patched_trees["d29fb130c"] / BACKEND)
     branch = next(n for n in fwd.body if isinstance(n, ast.If))
     assert ast.unparse(branch.test) == "forward_batch.forward_mode.is_decode() and SOARPACK_GLA_DECODE_MODE == 'inplace'"
-    assert isinstance(branch.body[-1], ast.Return) and not branch.orelse
-    call = next(n for n in ast.walk(branch) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "soarpack_gla_decode")
+    last = branch.body[-1]  # the kernel's output, unless it failed: then the fork's lines below
+    assert ast.unparse(last.test) == "o is not None" and isinstance(last.body[-1], ast.Return) and not branch.orelse
+    call = next(n for n in ast.walk(branch) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "soarpack_gla_decode_or_none")
     assert [ast.unparse(a) for a in call.args] == [
         "q", "k", "v", "layer_cache.temporal", "self._get_mamba_indices(forward_batch)", "self.g_gamma", "self.scale"]
     rest = ast.unparse(ast.Module(body=fwd.body[fwd.body.index(branch) + 1:], type_ignores=[]))
@@ -171,6 +173,41 @@ def test_in_place_follows_the_float64_recurrence(fla):
         assert ((out[0, :6].double() - ref_o).norm() / ref_o.norm()).item() < 1e-5, step
         assert ((pool[case.live_slots].double() - ref).norm() / ref.norm()).item() < 1e-6, step
         assert not out[0, 6:].any()
+
+
+def test_a_kernel_that_fails_hands_every_later_step_to_the_forks_path(fla, backend_file, forwards, caplog):
+    """A kernel this GPU's Triton cannot build or launch costs the speed-up, not the server: the step it failed on
+    and every later one take the fork's lines, with one warning, and the states stay the fork's."""
+    fails = H.Forward(backend_file, "inplace", fla, strict=False)
+    calls = []
+
+    def refused(*args):
+        calls.append(args)
+        raise RuntimeError("out of resources: shared memory, Required: 262144, Hardware limit: 101376")
+
+    fails.block.soarpack_gla_decode = refused
+    case = H.Case(batch=4, live=3, heads=2, dim=128, slots_total=12, layers=1, seed=5, dtype=torch.float32)
+    pools = {"fails": case.pools(), "fork": case.pools()}
+    backends = {"fails": fails.backend(pools["fails"], (1,), case.g_gamma, case.scale),
+                "fork": forwards["fork"].backend(pools["fork"], (1,), case.g_gamma, case.scale)}
+    slots, qsl = H.replay_metadata(case.live_slots, case.batch, case.device)
+    for b in backends.values():
+        H.set_metadata(b, slots, qsl)
+    with caplog.at_level("WARNING", logger="sglang.soarpack"):
+        for _ in range(3):
+            q, k, v = case.qkv()
+            got, want = (backends[m].forward(q, k, v, H.decode_batch(), 1) for m in ("fails", "fork"))
+            assert torch.equal(got[:case.live], want[:case.live])  # a padded row: whatever fla left there
+            assert torch.equal(pools["fails"][0], pools["fork"][0])
+    assert len(calls) == 1  # tried once, never again in this process
+    assert fails.block.SOARPACK_GLA_DECODE_FAILED == [
+        "RuntimeError: out of resources: shared memory, Required: 262144, Hardware limit: 101376"]
+    (warning,) = [r.getMessage() for r in caplog.records if "gla-decode" in r.getMessage()]
+    assert "the fork's decode path serves from now on" in warning and "out of resources" in warning
+    strict = H.Forward(backend_file, "inplace", fla, block=fails.block).backend(pools["fails"], (1,), case.g_gamma, case.scale)
+    H.set_metadata(strict, slots, qsl)
+    with pytest.raises(RuntimeError, match="the in-place kernel failed and the fork's path answered"):
+        strict.forward(*case.qkv(), H.decode_batch(), 1)  # the harness never passes the fork's output off as the kernel's
 
 
 def test_the_mode_switch_and_bad_inputs(fla):

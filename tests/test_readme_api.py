@@ -71,7 +71,7 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert len(lines) == 3, proc.stdout
     assert re.match(r"\d+ modules quantized, KL mean [0-9.e-]+$", lines[0]) and not lines[0].startswith("0 ")
     assert lines[1].startswith("[('size', 'pass'), ('extract', 'pass')") and "('prepare_env.sh', 'skip')" in lines[1]
-    # the verdict line, rehearsal skipped as the prelude asked: the default profile (fast) is flagged, its patch unmeasured
+    # the verdict line, rehearsal skipped as the prelude asked: the default profile (fast-gla) is flagged, its patches unmeasured
     # on the platform, and the calibration is built in
     assert lines[1].endswith("2 risks: profile-flagged, calib-builtin")
     final, c = map(float, lines[2].split())

@@ -41,7 +41,7 @@ def test_a_file_or_folder_named_like_a_builtin_never_shadows_it(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     Path("w4-mlp").write_text('[quant]\nname = "impostor"\nbits = 8\n')
     Path("safe").mkdir()  # a folder of that name broke every default build before
-    Path("fast").mkdir()  # the default profile's name since issue 36
+    Path("fast-gla").mkdir()  # the default profile's name since issue 38
     Path("w4-full").mkdir()
     rec = load_recipe("w4-mlp")
     assert rec.name == "w4-mlp" and rec.bits == Recipe.model_fields["bits"].default
@@ -62,7 +62,7 @@ def test_a_file_or_folder_named_like_a_builtin_never_shadows_it(tmp_path, monkey
     from soarpack.bundle.build import build_bundle
 
     built = build_bundle(None, wheels=False)  # the default build, beside both impostors
-    assert built.manifest["profile"]["name"] == "fast"  # the default profile (issue 36), not the impostor folder
+    assert built.manifest["profile"]["name"] == "fast-gla"  # the default profile (issue 38), not the impostor folder
     assert (built.manifest["quantize"]["recipe"], built.manifest["quantize"]["recipe_name"]) == ("w4-mlp", "w4-mlp")
 
 

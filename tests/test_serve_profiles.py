@@ -21,7 +21,7 @@ def _flag(args, name):
 
 def test_packaged_profiles_lint_clean_with_their_patches():
     assert {"fp8", "fp8-kv", "fast-fp8", "safe", "dense-fp8"} <= set(list_profiles())
-    assert DEFAULT_PROFILE == "fast"  # issue 36: no slower than bf16 at any tier soarpack timed (RESULTS.md §11)
+    assert DEFAULT_PROFILE == "fast-gla"  # issue 38: fast + patch 06, faster than fast run before and after it (§16)
     for name in list_profiles():
         prof = load_profile(name)
         assert set(prof.patches) <= set(list_patches()), name
@@ -109,4 +109,4 @@ def test_cli_args_and_profiles(tmp_path):
     res = runner.invoke(app, ["profiles", "--json"])
     assert [p["name"] for p in json.loads(res.stdout)] == list_profiles()
     res = runner.invoke(app, ["profiles"])
-    assert "fast (default)" in res.stdout and "safe (default)" not in res.stdout
+    assert "fast-gla (default)" in res.stdout and "fast (default)" not in res.stdout and "safe (default)" not in res.stdout

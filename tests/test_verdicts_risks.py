@@ -26,7 +26,7 @@ QUIET = dict(wheels=False)
 
 def build(out, **kwargs):
     """A bundle on profile safe unless a test names another: these tests are about the recipe's and the calibration's
-    risks, and safe carries none of its own (the default, fast, is flagged: test_the_default_profile_names_its_risk)."""
+    risks, and safe carries none of its own (the default, fast-gla, is flagged: test_the_default_profile_names_its_risk)."""
     return build_bundle(out, **{"profile": "safe", **kwargs})
 
 
@@ -268,8 +268,8 @@ def test_a_manifest_from_before_evidence_was_recorded_gets_this_soarpacks_eviden
 
 
 def test_the_default_profile_names_its_risk(tmp_path):
-    """The default bundle says what is unmeasured about its profile: fast's patch never ran on the platform's GPU."""
+    """The default bundle says what is unmeasured about its profile: fast-gla's kernel never ran on the platform's GPU."""
     built = build_bundle(tmp_path / "d.tar.gz", calib=[_public_mix(tmp_path, 52)], **QUIET)
-    assert built.manifest["profile"]["name"] == "fast"
+    assert built.manifest["profile"]["name"] == "fast-gla"
     assert _names(built.risks) == ["profile-flagged"]
-    assert "sm_120" in built.risks[0].message and built.risks[0].source == "docs/evidence.md#w4-dispatch"
+    assert "sm_120" in built.risks[0].message and built.risks[0].source == "docs/evidence.md#gla-decode"

@@ -177,7 +177,7 @@ def test_the_dispatch_takes_only_symmetric_group128_layers(block):
     assert not block.soarpack_w4_dispatch_applies(empty, empty, s, 3, 4096, 4096)
 
 
-def test_profile_fast_is_the_default_and_lints_clean():
+def test_profile_fast_lints_clean_and_the_default_adds_only_patch_06_to_it():
     fast, safe = load_profile("fast"), load_profile("safe")
     assert fast.patches == ["w4-dispatch"] and fast.fallback == "safe"
     assert safe.patches == [] and "w4-dispatch" not in safe.patches
@@ -188,7 +188,9 @@ def test_profile_fast_is_the_default_and_lints_clean():
 
     from soarpack.recipe.profile import DEFAULT_PROFILE
 
-    assert DEFAULT_PROFILE == "fast"
+    default = load_profile(DEFAULT_PROFILE)  # fast-gla (issue 38): the same server, plus the in-place Lightning decode
+    assert (default.name, default.args, default.recipe, default.fallback) == ("fast-gla", fast.args, fast.recipe, "safe")
+    assert default.patches == fast.patches + ["gla-decode-in-place"]
     raw = loads(Path(fast.source).read_text())
     none, served, peers = [Evidence(**e) for e in raw["evidence"]]
     assert none.kind == "none" and "nothing measured on a server with this profile's sparse backend" in none.summary

@@ -156,15 +156,29 @@ def tier_metrics(results: List[http.StreamResult], requests: List[SpeedRequest],
         "output_throughput": round(output_tokens / duration_s, 2) if duration_s else 0.0,
         "ttft_ms": summary_ms([res.ttft_s for res, _ in ok]),
         "itl_ms": summary_ms([itl for res, _ in ok for itl in res.itl_s]),
-        # bench_serving's TPOT: per request with more than one token, (e2e - TTFT) / (output tokens - 1).
-        "tpot_ms": summary_ms([(res.latency_s - res.ttft_s) / (res.output_tokens - 1) for res, _ in ok
-                               if res.output_tokens > 1]),
+        "tpot_ms": summary_ms([tpot_s(res) for res, _ in ok if res.output_tokens > 1]),
         "e2e_ms": summary_ms([res.latency_s for res, _ in ok]),
-        # In dispatch order: what each request asked and got, to hold the run to another client's.
-        "requests": [{"prompt_sha256": hashlib.sha256(req.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16],
-                      "prompt_len": req.prompt_len, "output_len": req.output_len,
-                      "output_tokens": res.output_tokens if res.success else None} for res, req in zip(results, requests)],
+        # In dispatch order: what each request asked and got, to hold the run to another client's, and its times, to
+        # tell which requests moved a mean (benchmarks/RESULTS.md §16: one server, S8 mean TPOT 41 % above the other
+        # client's).
+        "requests": [request_row(res, req) for res, req in zip(results, requests)],
     }
+
+
+def tpot_s(res: http.StreamResult) -> float:
+    """bench_serving's TPOT of a request with more than one token: (e2e - TTFT) / (output tokens - 1)."""
+    return (res.latency_s - res.ttft_s) / (res.output_tokens - 1)
+
+
+def request_row(res: http.StreamResult, req: SpeedRequest) -> dict:
+    row = {"prompt_sha256": hashlib.sha256(req.prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+           "prompt_len": req.prompt_len, "output_len": req.output_len,
+           "output_tokens": res.output_tokens if res.success else None}
+    if res.success:
+        row.update(ttft_ms=round(res.ttft_s * 1000, 3), e2e_ms=round(res.latency_s * 1000, 3),
+                   tpot_ms=round(tpot_s(res) * 1000, 3) if res.output_tokens > 1 else None,
+                   itl_max_ms=round(max(res.itl_s) * 1000, 3) if res.itl_s else None)
+    return row
 
 
 async def run_tier(client, requests: List[SpeedRequest], concurrency: Optional[int], *, warmup: bool = True,

@@ -29,15 +29,15 @@ from soarpack.recipe.files import Located, builtin_names, locate, read_toml
 from soarpack.recipe.keys import check_keys, read_evidence
 from soarpack.schema import StrictModel, validated
 
-# The default is "fast" (issue 36): w4-mlp (what a peer passed the gate with, as "safe") with the w4-dispatch patch.
-# On the fork's real server on an H200 (benchmarks/RESULTS.md §11) it was no slower than bf16 at any tier of either
-# speed set timed, while "safe" (Marlin at every M) was slower than bf16 at c=8 on 12K-token prompts there (issue 37).
-# Unmeasured for it: sm_120, sgl-kernel 0.3.20, the sparse backend (its [[evidence]] says so, and check shows it as
-# a risk); it falls back to "safe" where the patch does not apply, and to Marlin where the dequantize route fails.
+# The default is "fast-gla" (issue 38): w4-mlp (what a peer passed the gate with, as "safe") with the w4-dispatch
+# patch ("fast", issue 36: no slower than bf16 at any tier of either speed set on the fork's real server,
+# benchmarks/RESULTS.md §11) and the gla-decode-in-place patch, which made that server 6.5-7.4 % faster at S1 and S8
+# with "fast" run before and after it (§16). Unmeasured for it: sm_120, sgl-kernel 0.3.20, the sparse backend (its
+# [[evidence]] says so, and check shows it as a risk); it falls back to "safe" where the patches do not apply, to
+# Marlin where the dequantize route fails and to the fork's decode where the in-place kernel fails.
 # "fp8-kv" is faster on paper, but every peer run of fp8 KV on the sparse path stayed below the gate with no S1 gain;
-# it stays opt-in until measured, as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA) and "fast-gla" ("fast"
-# plus patch 06, served on bf16 only and never with its baseline run after it: benchmarks/RESULTS.md §13, §15).
-DEFAULT_PROFILE = "fast"
+# it stays opt-in until measured, as do "fp8" and "fast-fp8" (FP8 GEMMs, unmeasured on SALA).
+DEFAULT_PROFILE = "fast-gla"
 # Renamed built-in profiles, old name -> new: what a MANIFEST written before the rename means by the old name.
 # Issue 37: "fp8" (fp8_e5m2 KV on the sparse backend) became "fp8-kv", and "fp8" is now the W8A8 profile.
 RENAMED = {"fp8": "fp8-kv"}
