@@ -119,14 +119,20 @@ def forwards(fla, backend_file):
     return {mode: H.Forward(backend_file, mode, fla) for mode in ("inplace", "fork")}
 
 
-def _steps(case, forwards, steps, layer_ids=(1, 4)):
-    """Run `steps` decode steps of both modes on twin pools; every output and the whole pools are compared."""
-    assert case.layers == len(layer_ids)
-    pools = {mode: case.pools() for mode in forwards}
-    backends = {mode: f.backend(pools[mode], layer_ids, case.g_gamma, case.scale) for mode, f in forwards.items()}
+def _twin_backends(case, forwards, layer_ids):
+    """({name: pools}, {name: backend}): each Forward on pools of its own, all with the same graph-replay metadata."""
+    pools = {name: case.pools() for name in forwards}
+    backends = {name: f.backend(pools[name], layer_ids, case.g_gamma, case.scale) for name, f in forwards.items()}
     slots, qsl = H.replay_metadata(case.live_slots, case.batch, case.device)
     for b in backends.values():
         H.set_metadata(b, slots, qsl)
+    return pools, backends
+
+
+def _steps(case, forwards, steps, layer_ids=(1, 4)):
+    """Run `steps` decode steps of both modes on twin pools; every output and the whole pools are compared."""
+    assert case.layers == len(layer_ids)
+    pools, backends = _twin_backends(case, forwards, layer_ids)
     for step in range(steps):
         layer = layer_ids[step % len(layer_ids)]
         got, want = H.step_pair(backends["inplace"], backends["fork"], *case.qkv(), layer)
@@ -187,12 +193,8 @@ def test_a_kernel_that_fails_hands_every_later_step_to_the_forks_path(fla, backe
 
     fails.block.soarpack_gla_decode = refused
     case = H.Case(batch=4, live=3, heads=2, dim=128, slots_total=12, layers=1, seed=5, dtype=torch.float32)
-    pools = {"fails": case.pools(), "fork": case.pools()}
-    backends = {"fails": fails.backend(pools["fails"], (1,), case.g_gamma, case.scale),
-                "fork": forwards["fork"].backend(pools["fork"], (1,), case.g_gamma, case.scale)}
-    slots, qsl = H.replay_metadata(case.live_slots, case.batch, case.device)
-    for b in backends.values():
-        H.set_metadata(b, slots, qsl)
+    strict = H.Forward(backend_file, "inplace", fla, block=fails.block)  # the same block, as the harness runs it
+    pools, backends = _twin_backends(case, {"fails": fails, "fork": forwards["fork"], "strict": strict}, (1,))
     with caplog.at_level("WARNING", logger="sglang.soarpack"):
         for _ in range(3):
             q, k, v = case.qkv()
@@ -204,10 +206,8 @@ def test_a_kernel_that_fails_hands_every_later_step_to_the_forks_path(fla, backe
         "RuntimeError: out of resources: shared memory, Required: 262144, Hardware limit: 101376"]
     (warning,) = [r.getMessage() for r in caplog.records if "gla-decode" in r.getMessage()]
     assert "the fork's decode path serves from now on" in warning and "out of resources" in warning
-    strict = H.Forward(backend_file, "inplace", fla, block=fails.block).backend(pools["fails"], (1,), case.g_gamma, case.scale)
-    H.set_metadata(strict, slots, qsl)
     with pytest.raises(RuntimeError, match="the in-place kernel failed and the fork's path answered"):
-        strict.forward(*case.qkv(), H.decode_batch(), 1)  # the harness never passes the fork's output off as the kernel's
+        backends["strict"].forward(*case.qkv(), H.decode_batch(), 1)  # never the fork's output passed off as the kernel's
 
 
 def test_the_mode_switch_and_bad_inputs(fla):
